@@ -1,0 +1,157 @@
+//! Opens the device: picks an adapter (discrete > integrated > CPU, Vulkan /
+//! Metal / DX12 first), requests the adapter's own limits and the optional
+//! features it offers, and never requires one.
+
+use std::sync::Arc;
+
+/// Errors from opening or using the GPU.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error(
+        "no GPU adapter found (wgpu saw: {seen}). Install a Vulkan driver; on Linux without a GPU \
+         the software one works: `apt-get update && apt-get install -y mesa-vulkan-drivers`"
+    )]
+    NoAdapter { seen: String },
+    #[error("no adapter matches {wanted:?}; available adapters: {seen}")]
+    AdapterNotFound { wanted: String, seen: String },
+    #[error("could not open a device on {adapter}: {source}")]
+    RequestDevice {
+        adapter: String,
+        source: wgpu::RequestDeviceError,
+    },
+    #[error("GPU readback failed: {0}")]
+    Readback(String),
+    #[error("shader {name} failed to compile: {message}")]
+    Shader { name: String, message: String },
+    #[error("{0}")]
+    Limit(String),
+}
+
+/// How to choose the adapter.
+#[derive(Clone, Debug, Default)]
+pub struct GpuOptions {
+    /// Case-insensitive substring of the adapter name; `WLLM_ADAPTER` when `None`.
+    pub adapter: Option<String>,
+}
+
+/// The opened device with what we learnt about it. Cheap to clone.
+#[derive(Clone)]
+pub struct GpuContext {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: Arc<wgpu::AdapterInfo>,
+    pub limits: Arc<wgpu::Limits>,
+    pub features: wgpu::Features,
+}
+
+impl std::fmt::Debug for GpuContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GpuContext({})", self.describe())
+    }
+}
+
+fn backend_rank(b: wgpu::Backend) -> u32 {
+    match b {
+        wgpu::Backend::Vulkan | wgpu::Backend::Metal | wgpu::Backend::Dx12 => 0,
+        _ => 1,
+    }
+}
+
+fn type_rank(t: wgpu::DeviceType) -> u32 {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 3,
+        wgpu::DeviceType::Other => 4,
+    }
+}
+
+fn describe_info(i: &wgpu::AdapterInfo) -> String {
+    format!(
+        "{} ({:?}, {:?}, driver {} {})",
+        i.name, i.backend, i.device_type, i.driver, i.driver_info
+    )
+}
+
+impl GpuContext {
+    /// Opens the best adapter, or the one `opts.adapter` / `WLLM_ADAPTER` names.
+    pub fn new(opts: &GpuOptions) -> Result<Self, GpuError> {
+        pollster::block_on(Self::new_async(opts))
+    }
+
+    async fn new_async(opts: &GpuOptions) -> Result<Self, GpuError> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = wgpu::Backends::all();
+        let instance = wgpu::Instance::new(desc);
+        let mut adapters = instance.enumerate_adapters(wgpu::Backends::all()).await;
+        let seen = adapters
+            .iter()
+            .map(|a| describe_info(&a.get_info()))
+            .collect::<Vec<_>>()
+            .join("; ");
+        if adapters.is_empty() {
+            return Err(GpuError::NoAdapter {
+                seen: "none".into(),
+            });
+        }
+        let wanted = opts
+            .adapter
+            .clone()
+            .or_else(|| std::env::var("WLLM_ADAPTER").ok())
+            .filter(|s| !s.is_empty());
+        if let Some(w) = &wanted {
+            let w = w.to_lowercase();
+            adapters.retain(|a| a.get_info().name.to_lowercase().contains(&w));
+            if adapters.is_empty() {
+                return Err(GpuError::AdapterNotFound { wanted: w, seen });
+            }
+        }
+        adapters.sort_by_key(|a| {
+            let i = a.get_info();
+            (type_rank(i.device_type), backend_rank(i.backend))
+        });
+        let adapter = adapters.remove(0);
+        let info = adapter.get_info();
+        let optional =
+            wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
+        let features = adapter.features() & optional;
+        let limits = adapter.limits();
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("wllm"),
+                required_features: features,
+                required_limits: limits.clone(),
+                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await
+            .map_err(|source| GpuError::RequestDevice {
+                adapter: describe_info(&info),
+                source,
+            })?;
+        Ok(Self {
+            device,
+            queue,
+            info: Arc::new(info),
+            limits: Arc::new(limits),
+            features,
+        })
+    }
+
+    /// One line naming the adapter, backend and driver.
+    pub fn describe(&self) -> String {
+        describe_info(&self.info)
+    }
+
+    /// True for software adapters such as lavapipe, which favour other shapes.
+    pub fn is_cpu(&self) -> bool {
+        self.info.device_type == wgpu::DeviceType::Cpu
+    }
+
+    /// Largest byte range one storage binding may cover.
+    pub fn max_binding(&self) -> u64 {
+        u64::from(self.limits.max_storage_buffer_binding_size).min(self.limits.max_buffer_size)
+    }
+}

@@ -1,0 +1,232 @@
+//! Records one step's work (dispatches and copies) and submits it once.
+//!
+//! Each dispatch's parameters are packed into one uniform buffer per step at
+//! aligned offsets; bind groups are made at submit time.
+
+use std::sync::Arc;
+
+use super::{GpuContext, GpuError, Kernel};
+
+/// A byte range of a buffer to bind or read.
+#[derive(Clone, Debug)]
+pub struct BufSlice {
+    pub buffer: wgpu::Buffer,
+    pub offset: u64,
+    /// `None`: to the end of the buffer.
+    pub size: Option<u64>,
+}
+
+impl BufSlice {
+    pub fn whole(buffer: &wgpu::Buffer) -> Self {
+        Self {
+            buffer: buffer.clone(),
+            offset: 0,
+            size: None,
+        }
+    }
+    pub fn range(buffer: &wgpu::Buffer, offset: u64, size: u64) -> Self {
+        Self {
+            buffer: buffer.clone(),
+            offset,
+            size: Some(size),
+        }
+    }
+    fn len(&self) -> u64 {
+        self.size.unwrap_or(self.buffer.size() - self.offset)
+    }
+}
+
+impl From<&wgpu::Buffer> for BufSlice {
+    fn from(b: &wgpu::Buffer) -> Self {
+        Self::whole(b)
+    }
+}
+
+enum Op {
+    Dispatch {
+        kernel: Arc<Kernel>,
+        params: (u64, u64),
+        bufs: Vec<BufSlice>,
+        groups: [u32; 3],
+    },
+    Copy {
+        src: BufSlice,
+        dst: BufSlice,
+    },
+}
+
+/// One step's command stream.
+pub struct StepEncoder {
+    ctx: GpuContext,
+    params: Vec<u8>,
+    ops: Vec<Op>,
+}
+
+impl StepEncoder {
+    pub fn new(ctx: &GpuContext) -> Self {
+        Self {
+            ctx: ctx.clone(),
+            params: Vec::new(),
+            ops: Vec::new(),
+        }
+    }
+
+    /// Records `kernel` over `groups` workgroups with `params` at binding 0 and
+    /// `bufs` at bindings 1.. . Zero-sized dispatches are dropped.
+    pub fn dispatch(
+        &mut self,
+        kernel: &Arc<Kernel>,
+        params: &[u8],
+        bufs: &[BufSlice],
+        groups: [u32; 3],
+    ) {
+        debug_assert_eq!(bufs.len(), kernel.storage.len(), "{}", kernel.name);
+        if groups.contains(&0) {
+            return;
+        }
+        let align = u64::from(self.ctx.limits.min_uniform_buffer_offset_alignment).max(16);
+        let off = (self.params.len() as u64).div_ceil(align) * align;
+        self.params.resize(off as usize, 0);
+        self.params.extend_from_slice(params);
+        // Uniform bindings are at least 16 bytes.
+        let len = (params.len() as u64).max(16).div_ceil(16) * 16;
+        self.params.resize((off + len) as usize, 0);
+        self.ops.push(Op::Dispatch {
+            kernel: kernel.clone(),
+            params: (off, len),
+            bufs: bufs.to_vec(),
+            groups,
+        });
+    }
+
+    /// Records a buffer-to-buffer copy of `src.len()` bytes.
+    pub fn copy(&mut self, src: BufSlice, dst: BufSlice) {
+        self.ops.push(Op::Copy { src, dst });
+    }
+
+    fn encode(self) -> (wgpu::CommandEncoder, GpuContext) {
+        let device = &self.ctx.device;
+        let params = (!self.params.is_empty()).then(|| {
+            let buf = device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("step params"),
+                size: self.params.len() as u64,
+                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            self.ctx.queue.write_buffer(&buf, 0, &self.params);
+            buf
+        });
+        let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("step"),
+        });
+        let mut i = 0;
+        while i < self.ops.len() {
+            match &self.ops[i] {
+                Op::Copy { src, dst } => {
+                    enc.copy_buffer_to_buffer(
+                        &src.buffer,
+                        src.offset,
+                        &dst.buffer,
+                        dst.offset,
+                        src.len(),
+                    );
+                    i += 1;
+                }
+                Op::Dispatch { .. } => {
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: None,
+                        timestamp_writes: None,
+                    });
+                    while let Some(Op::Dispatch {
+                        kernel,
+                        params: (off, len),
+                        bufs,
+                        groups,
+                    }) = self.ops.get(i)
+                    {
+                        let pbuf = params.as_ref().expect("dispatches carry params");
+                        let mut entries = vec![wgpu::BindGroupEntry {
+                            binding: 0,
+                            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                buffer: pbuf,
+                                offset: *off,
+                                size: std::num::NonZeroU64::new(*len),
+                            }),
+                        }];
+                        for (j, b) in bufs.iter().enumerate() {
+                            entries.push(wgpu::BindGroupEntry {
+                                binding: j as u32 + 1,
+                                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                    buffer: &b.buffer,
+                                    offset: b.offset,
+                                    size: b.size.and_then(std::num::NonZeroU64::new),
+                                }),
+                            });
+                        }
+                        let bg = device.create_bind_group(&wgpu::BindGroupDescriptor {
+                            label: None,
+                            layout: &kernel.layout,
+                            entries: &entries,
+                        });
+                        pass.set_pipeline(&kernel.pipeline);
+                        pass.set_bind_group(0, &bg, &[]);
+                        pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+                        i += 1;
+                    }
+                }
+            }
+        }
+        (enc, self.ctx)
+    }
+
+    /// Submits without waiting.
+    pub fn submit(self) {
+        let (enc, ctx) = self.encode();
+        ctx.queue.submit([enc.finish()]);
+    }
+
+    /// Submits, waits, and returns the bytes of each slice in `reads`.
+    pub fn submit_and_read(self, reads: &[BufSlice]) -> Result<Vec<Vec<u8>>, GpuError> {
+        let (mut enc, ctx) = self.encode();
+        let mut staging = Vec::new();
+        for r in reads {
+            let size = r.len().div_ceil(4) * 4;
+            let s = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("readback"),
+                size: size.max(4),
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            if size > 0 {
+                enc.copy_buffer_to_buffer(&r.buffer, r.offset, &s, 0, size);
+            }
+            staging.push((s, r.len()));
+        }
+        ctx.queue.submit([enc.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        for (i, (s, _)) in staging.iter().enumerate() {
+            let tx = tx.clone();
+            s.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+                let _ = tx.send((i, r));
+            });
+        }
+        ctx.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| GpuError::Readback(e.to_string()))?;
+        drop(tx);
+        for (_, r) in rx.iter() {
+            r.map_err(|e| GpuError::Readback(e.to_string()))?;
+        }
+        let mut out = Vec::with_capacity(staging.len());
+        for (s, len) in staging {
+            let view = s
+                .slice(..)
+                .get_mapped_range()
+                .map_err(|e| GpuError::Readback(e.to_string()))?;
+            out.push(view[..len as usize].to_vec());
+            drop(view);
+            s.unmap();
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,92 @@
+//! A compute pipeline with an explicit bind-group layout: binding 0 is the
+//! dispatch's uniform parameters, the rest are storage buffers in the order the
+//! WGSL declares them.
+
+use super::{GpuContext, GpuError};
+
+/// Access of one storage binding (binding 0, the parameters, is implicit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Binding {
+    Read,
+    ReadWrite,
+}
+
+/// A compiled compute pipeline and its layout.
+#[derive(Debug)]
+pub struct Kernel {
+    pub name: String,
+    pub pipeline: wgpu::ComputePipeline,
+    pub layout: wgpu::BindGroupLayout,
+    pub storage: Vec<Binding>,
+}
+
+impl Kernel {
+    /// Compiles `source` (entry point `main`) with a uniform at binding 0 and
+    /// `storage` buffers at bindings 1.. .
+    pub fn new(
+        ctx: &GpuContext,
+        name: &str,
+        source: &str,
+        storage: &[Binding],
+    ) -> Result<Self, GpuError> {
+        let device = &ctx.device;
+        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(name),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        });
+        let mut entries = vec![wgpu::BindGroupLayoutEntry {
+            binding: 0,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Uniform,
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        }];
+        for (i, b) in storage.iter().enumerate() {
+            entries.push(wgpu::BindGroupLayoutEntry {
+                binding: i as u32 + 1,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Storage {
+                        read_only: *b == Binding::Read,
+                    },
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            });
+        }
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some(name),
+            entries: &entries,
+        });
+        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(name),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(name),
+            layout: Some(&pipeline_layout),
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(err) = pollster::block_on(scope.pop()) {
+            return Err(GpuError::Shader {
+                name: name.to_string(),
+                message: err.to_string(),
+            });
+        }
+        Ok(Self {
+            name: name.to_string(),
+            pipeline,
+            layout,
+            storage: storage.to_vec(),
+        })
+    }
+}

@@ -1,0 +1,11 @@
+//! The wgpu layer: one device on the best adapter, compute pipelines built from
+//! the WGSL in `shaders/`, and a `StepEncoder` that records a step's dispatches
+//! into one submission.
+
+mod context;
+mod encoder;
+mod kernel;
+
+pub use context::{GpuContext, GpuError, GpuOptions};
+pub use encoder::{BufSlice, StepEncoder};
+pub use kernel::{Binding, Kernel};

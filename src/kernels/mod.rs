@@ -1,0 +1,470 @@
+//! The ops the model calls, each encoding one WGSL kernel into a `StepEncoder`.
+//! `Kernels` owns every pipeline; gemm and embed variants are compiled per weight
+//! format on first `prepare` (at model load) and warmed there.
+
+pub mod embed;
+pub mod gemm;
+mod weight;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use wgpu::util::DeviceExt;
+
+pub use gemm::{GemmParams, GemmVariant};
+pub use weight::GpuWeight;
+
+use crate::gpu::{Binding, BufSlice, GpuContext, GpuError, Kernel, StepEncoder};
+use crate::quant::WeightFormat;
+
+/// Rows of activations: element `off + t*stride` starts row `t`.
+#[derive(Clone, Copy, Debug)]
+pub struct Rows<'a> {
+    pub buf: &'a wgpu::Buffer,
+    pub off: u32,
+    pub stride: u32,
+}
+
+impl<'a> Rows<'a> {
+    pub fn new(buf: &'a wgpu::Buffer, stride: usize) -> Self {
+        Self {
+            buf,
+            off: 0,
+            stride: stride as u32,
+        }
+    }
+}
+
+/// Register-tile shapes of the gemm, chosen per adapter class.
+#[derive(Clone, Copy, Debug)]
+pub struct GemmTiles {
+    /// T at or below which the decode (TM = 1) variant runs.
+    pub decode_max_t: u32,
+    pub decode_tn: u32,
+    pub prefill_tm: u32,
+    pub prefill_tn: u32,
+    pub quant_prefill_tm: u32,
+    pub wg: u32,
+}
+
+impl GemmTiles {
+    pub fn for_adapter(ctx: &GpuContext) -> Self {
+        if ctx.is_cpu() {
+            // lavapipe: one workgroup runs on one thread as 8 SIMD lanes; big
+            // register tiles amortise loads (see DESIGN.md, "what a probe found").
+            Self {
+                decode_max_t: 4,
+                decode_tn: 16,
+                prefill_tm: 32,
+                prefill_tn: 16,
+                quant_prefill_tm: 16,
+                wg: 8,
+            }
+        } else {
+            Self {
+                decode_max_t: 4,
+                decode_tn: 4,
+                prefill_tm: 8,
+                prefill_tn: 8,
+                quant_prefill_tm: 8,
+                wg: 64,
+            }
+        }
+    }
+}
+
+/// Row-wise settings of `rms_norm`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+struct NormParams {
+    t: u32,
+    d: u32,
+    eps: f32,
+    residual: u32,
+    gather: u32,
+    pad: [u32; 3],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+struct RopeParams {
+    t: u32,
+    heads: u32,
+    head_dim: u32,
+    stride: u32,
+    pairing: u32,
+    max_pos: u32,
+    pad: [u32; 2],
+}
+
+/// How rotary pairs are formed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopePairing {
+    /// (i, i + d/2): Hugging Face checkpoints.
+    RotateHalf = 0,
+    /// (2i, 2i + 1): GGUF llama.
+    Adjacent = 1,
+}
+
+/// Every pipeline of the engine.
+pub struct Kernels {
+    pub ctx: GpuContext,
+    pub tiles: GemmTiles,
+    rms_norm: Arc<Kernel>,
+    rope: Arc<Kernel>,
+    silu_mul: Arc<Kernel>,
+    argmax: Arc<Kernel>,
+    gemm: Mutex<HashMap<GemmVariant, Arc<Kernel>>>,
+    embed: Mutex<HashMap<WeightFormat, Arc<Kernel>>>,
+    // dummy, dummy_rw: 16-byte buffers bound where a kernel ignores a binding
+    dummy: wgpu::Buffer,
+    dummy_rw: wgpu::Buffer,
+}
+
+use Binding::{Read as R, ReadWrite as RW};
+
+fn u32s(v: &[u32; 4]) -> &[u8] {
+    bytemuck::cast_slice(v)
+}
+
+impl Kernels {
+    /// Compiles the fixed kernels and warms each with one dispatch.
+    pub fn new(ctx: &GpuContext) -> Result<Self, GpuError> {
+        let k = |name: &str, src: &str, b: &[Binding]| Kernel::new(ctx, name, src, b).map(Arc::new);
+        let dummy = || {
+            ctx.device
+                .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                    label: Some("dummy"),
+                    contents: &[0u8; 16],
+                    usage: wgpu::BufferUsages::STORAGE,
+                })
+        };
+        let me = Self {
+            ctx: ctx.clone(),
+            tiles: GemmTiles::for_adapter(ctx),
+            rms_norm: k(
+                "rms_norm",
+                include_str!("../../shaders/rms_norm.wgsl"),
+                &[R, R, RW, R, RW],
+            )?,
+            rope: k("rope", include_str!("../../shaders/rope.wgsl"), &[R, R, RW])?,
+            silu_mul: k(
+                "silu_mul",
+                include_str!("../../shaders/silu_mul.wgsl"),
+                &[R, RW],
+            )?,
+            argmax: k(
+                "argmax",
+                include_str!("../../shaders/argmax.wgsl"),
+                &[R, RW],
+            )?,
+            gemm: Mutex::default(),
+            embed: Mutex::default(),
+            dummy: dummy(),
+            dummy_rw: dummy(),
+        };
+        me.warm()?;
+        Ok(me)
+    }
+
+    fn warm(&self) -> Result<(), GpuError> {
+        let (a, b) = (self.scratch(4096), self.scratch(4096));
+        let mut enc = StepEncoder::new(&self.ctx);
+        self.rms_norm(&mut enc, Rows::new(&a, 8), &a, None, None, 1e-5, 1, 8, &b);
+        self.rope(&mut enc, &b, 8, &a, &a, 1, 1, 1, 8, RopePairing::RotateHalf);
+        self.silu_mul(&mut enc, &a, &b, 1, 4);
+        self.argmax(&mut enc, &a, 8, 1, &b);
+        enc.submit_and_read(&[])?;
+        Ok(())
+    }
+
+    /// A zeroed storage buffer of `bytes`.
+    pub fn scratch(&self, bytes: u64) -> wgpu::Buffer {
+        self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("scratch"),
+            size: bytes.max(16).div_ceil(4) * 4,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_DST
+                | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        })
+    }
+
+    fn gemm_variant(&self, w: &GpuWeight, t: u32, x: Rows, decode: bool) -> GemmVariant {
+        let _ = t;
+        let tl = self.tiles;
+        let q = w.format.is_quantized();
+        GemmVariant {
+            format: w.format,
+            tm: if decode {
+                1
+            } else if q {
+                tl.quant_prefill_tm
+            } else {
+                tl.prefill_tm
+            },
+            tn: if decode { tl.decode_tn } else { tl.prefill_tn },
+            wg: tl.wg,
+            x_vec: w.k % 8 == 0 && x.stride % 4 == 0 && x.off % 4 == 0,
+        }
+    }
+
+    fn gemm_kernel(&self, v: GemmVariant) -> Result<Arc<Kernel>, GpuError> {
+        let mut cache = self.gemm.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = cache.get(&v) {
+            return Ok(k.clone());
+        }
+        let storage: &[Binding] = if v.format.is_quantized() {
+            &[R, R, R, RW]
+        } else {
+            &[R, R, RW]
+        };
+        let name = format!("gemm_{:?}_{}x{}", v.format, v.tm, v.tn);
+        let k = Arc::new(Kernel::new(&self.ctx, &name, &gemm::source(v), storage)?);
+        cache.insert(v, k.clone());
+        Ok(k)
+    }
+
+    fn embed_kernel(&self, f: WeightFormat) -> Result<Arc<Kernel>, GpuError> {
+        let mut cache = self.embed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = cache.get(&f) {
+            return Ok(k.clone());
+        }
+        let storage: &[Binding] = if f.is_quantized() {
+            &[R, R, R, RW]
+        } else {
+            &[R, R, RW]
+        };
+        let k = Arc::new(Kernel::new(
+            &self.ctx,
+            &format!("embed_{f:?}"),
+            &embed::source(f),
+            storage,
+        )?);
+        cache.insert(f, k.clone());
+        Ok(k)
+    }
+
+    /// Compiles and warms the gemm variants (decode and prefill) `w` will use.
+    pub fn prepare_gemm(&self, w: &GpuWeight) -> Result<(), GpuError> {
+        let x = self.scratch((w.k.div_ceil(8) * 8 * 4) as u64);
+        let y = self.scratch(4 * 64);
+        let mut enc = StepEncoder::new(&self.ctx);
+        for decode in [true, false] {
+            let xr = Rows::new(&x, w.k.div_ceil(8) * 8);
+            self.gemm_kernel(self.gemm_variant(w, 1, xr, decode))?;
+            self.gemm_with(&mut enc, w, xr, Rows::new(&y, 1), 1, decode)?;
+        }
+        enc.submit_and_read(&[])?;
+        Ok(())
+    }
+
+    /// Compiles and warms the embed kernel for `w`'s format.
+    pub fn prepare_embed(&self, w: &GpuWeight) -> Result<(), GpuError> {
+        let ids = self.scratch(16);
+        let out = self.scratch((w.k * 4) as u64);
+        let mut enc = StepEncoder::new(&self.ctx);
+        self.embed(&mut enc, w, &ids, 1, &out)?;
+        enc.submit_and_read(&[])?;
+        Ok(())
+    }
+
+    /// Y[t, :N] = X[t, :K] · Wᵀ for `t` rows; the path (decode or prefill) follows `t`.
+    pub fn gemm(
+        &self,
+        enc: &mut StepEncoder,
+        w: &GpuWeight,
+        x: Rows,
+        y: Rows,
+        t: u32,
+    ) -> Result<(), GpuError> {
+        self.gemm_with(enc, w, x, y, t, t <= self.tiles.decode_max_t)
+    }
+
+    /// `gemm` with the path chosen by the caller (tests use both on one input).
+    pub fn gemm_with(
+        &self,
+        enc: &mut StepEncoder,
+        w: &GpuWeight,
+        x: Rows,
+        y: Rows,
+        t: u32,
+        decode: bool,
+    ) -> Result<(), GpuError> {
+        let v = self.gemm_variant(w, t, x, decode);
+        let kernel = self.gemm_kernel(v)?;
+        let p = GemmParams {
+            t,
+            n: w.n as u32,
+            k: w.k as u32,
+            chunks: w.chunks() as u32,
+            x_stride: x.stride,
+            y_stride: y.stride,
+            x_off: x.off,
+            y_off: y.off,
+            w_row: w.w_row() as u32,
+            pad: [0; 3],
+        };
+        let mut bufs = vec![BufSlice::whole(x.buf), BufSlice::whole(&w.data)];
+        if let Some(s) = &w.scales {
+            bufs.push(BufSlice::whole(s));
+        }
+        bufs.push(BufSlice::whole(y.buf));
+        let cols = (w.n as u32).div_ceil(v.tn * v.wg);
+        enc.dispatch(
+            &kernel,
+            bytemuck::bytes_of(&p),
+            &bufs,
+            [cols, t.div_ceil(v.tm), 1],
+        );
+        Ok(())
+    }
+
+    /// out[t, :] = W[ids[t], :] for `t` tokens.
+    pub fn embed(
+        &self,
+        enc: &mut StepEncoder,
+        w: &GpuWeight,
+        ids: &wgpu::Buffer,
+        t: u32,
+        out: &wgpu::Buffer,
+    ) -> Result<(), GpuError> {
+        let kernel = self.embed_kernel(w.format)?;
+        let p = embed::EmbedParams {
+            t,
+            d: w.k as u32,
+            chunks: w.chunks() as u32,
+            w_row: w.w_row() as u32,
+            vocab: w.n as u32,
+            pad: [0; 3],
+        };
+        let mut bufs = vec![BufSlice::whole(ids), BufSlice::whole(&w.data)];
+        if let Some(s) = &w.scales {
+            bufs.push(BufSlice::whole(s));
+        }
+        bufs.push(BufSlice::whole(out));
+        enc.dispatch(
+            &kernel,
+            bytemuck::bytes_of(&p),
+            &bufs,
+            [(w.chunks() as u32).div_ceil(64), t, 1],
+        );
+        Ok(())
+    }
+
+    /// y[i] = rms_norm(h_i)·w over rows of length `d`; with `residual`, h = r + x is
+    /// written back to r; with `rows`, output row i reads input row rows[i].
+    #[allow(clippy::too_many_arguments)]
+    pub fn rms_norm(
+        &self,
+        enc: &mut StepEncoder,
+        x: Rows,
+        w: &wgpu::Buffer,
+        residual: Option<&wgpu::Buffer>,
+        rows: Option<&wgpu::Buffer>,
+        eps: f32,
+        t: u32,
+        d: u32,
+        y: &wgpu::Buffer,
+    ) {
+        let p = NormParams {
+            t,
+            d,
+            eps,
+            residual: residual.is_some() as u32,
+            gather: rows.is_some() as u32,
+            pad: [0; 3],
+        };
+        let bufs = [
+            BufSlice::whole(x.buf),
+            BufSlice::whole(w),
+            BufSlice::whole(residual.unwrap_or(&self.dummy_rw)),
+            BufSlice::whole(rows.unwrap_or(&self.dummy)),
+            BufSlice::whole(y),
+        ];
+        enc.dispatch(&self.rms_norm, bytemuck::bytes_of(&p), &bufs, [t, 1, 1]);
+    }
+
+    /// Rotates the first `heads` heads of each of `t` rows of `x` in place.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope(
+        &self,
+        enc: &mut StepEncoder,
+        x: &wgpu::Buffer,
+        stride: u32,
+        positions: &wgpu::Buffer,
+        table: &wgpu::Buffer,
+        max_pos: u32,
+        t: u32,
+        heads: u32,
+        head_dim: u32,
+        pairing: RopePairing,
+    ) {
+        let p = RopeParams {
+            t,
+            heads,
+            head_dim,
+            stride,
+            pairing: pairing as u32,
+            max_pos,
+            pad: [0; 2],
+        };
+        let bufs = [
+            BufSlice::whole(positions),
+            BufSlice::whole(table),
+            BufSlice::whole(x),
+        ];
+        enc.dispatch(
+            &self.rope,
+            bytemuck::bytes_of(&p),
+            &bufs,
+            [(heads * head_dim / 2).div_ceil(64), t, 1],
+        );
+    }
+
+    /// out[t, i] = silu(gu[t, i]) · gu[t, inter + i].
+    pub fn silu_mul(
+        &self,
+        enc: &mut StepEncoder,
+        gu: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        t: u32,
+        inter: u32,
+    ) {
+        let bufs = [BufSlice::whole(gu), BufSlice::whole(out)];
+        enc.dispatch(
+            &self.silu_mul,
+            u32s(&[t, inter, 0, 0]),
+            &bufs,
+            [inter.div_ceil(64), t, 1],
+        );
+    }
+
+    /// out[r] = argmax of row r of `x` (`rows` rows of `n`).
+    pub fn argmax(
+        &self,
+        enc: &mut StepEncoder,
+        x: &wgpu::Buffer,
+        n: u32,
+        rows: u32,
+        out: &wgpu::Buffer,
+    ) {
+        let bufs = [BufSlice::whole(x), BufSlice::whole(out)];
+        enc.dispatch(&self.argmax, u32s(&[rows, n, 0, 0]), &bufs, [rows, 1, 1]);
+    }
+}
+
+/// The (cos, sin) table of rotary embedding, (max_pos, head_dim/2) pairs, in f64 then f32.
+pub fn rope_table(max_pos: usize, head_dim: usize, theta: f64) -> Vec<f32> {
+    let half = head_dim / 2;
+    let mut t = Vec::with_capacity(max_pos * half * 2);
+    for pos in 0..max_pos {
+        for i in 0..half {
+            let freq = theta.powf(-2.0 * i as f64 / head_dim as f64);
+            let a = pos as f64 * freq;
+            t.push(a.cos() as f32);
+            t.push(a.sin() as f32);
+        }
+    }
+    t
+}

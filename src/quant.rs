@@ -1,0 +1,213 @@
+//! Weight formats as stored in GGUF / safetensors, their CPU dequantisers
+//! (written from the GGUF block definitions), and the repacking into the
+//! GPU layout the `gemm` and `embed` kernels read.
+//!
+//! GPU layout of a matrix `W[N][K]`:
+//! - f32: rows padded to `Kp = roundup(K, 8)` floats.
+//! - f16 / bf16: rows padded to `Kp`, two halves per `u32` (element `2i` in the low half).
+//! - Q8_0 / Q4_0 / Q4_1 (`K % 32 == 0`): `quants[N][K/32]` of 8 / 4 / 4 `u32`
+//!   (the block's bytes as stored) and `scales[N][K/32]` of f32 `d`
+//!   (Q4_1: `vec2(d, m)`).
+
+use half::{bf16, f16};
+
+/// Storage format of a weight matrix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WeightFormat {
+    F32,
+    F16,
+    Bf16,
+    Q8_0,
+    Q4_0,
+    Q4_1,
+}
+
+/// A format the engine cannot read.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error("weight has {got} bytes, but {format:?} [{n} x {k}] needs {want}")]
+    Size {
+        format: WeightFormat,
+        n: usize,
+        k: usize,
+        got: usize,
+        want: usize,
+    },
+    #[error("{format:?} needs the row length to be a multiple of 32, got {k}")]
+    BlockAlign { format: WeightFormat, k: usize },
+}
+
+impl WeightFormat {
+    pub const ALL: [WeightFormat; 6] = [
+        Self::F32,
+        Self::F16,
+        Self::Bf16,
+        Self::Q8_0,
+        Self::Q4_0,
+        Self::Q4_1,
+    ];
+
+    /// The GGUF `ggml_type` id.
+    pub fn from_ggml_type(t: u32) -> Option<Self> {
+        Some(match t {
+            0 => Self::F32,
+            1 => Self::F16,
+            2 => Self::Q4_0,
+            3 => Self::Q4_1,
+            8 => Self::Q8_0,
+            30 => Self::Bf16,
+            _ => return None,
+        })
+    }
+
+    /// Elements per block and bytes per block as stored.
+    pub fn block(self) -> (usize, usize) {
+        match self {
+            Self::F32 => (1, 4),
+            Self::F16 | Self::Bf16 => (1, 2),
+            Self::Q8_0 => (32, 34),
+            Self::Q4_0 => (32, 18),
+            Self::Q4_1 => (32, 20),
+        }
+    }
+
+    pub fn is_quantized(self) -> bool {
+        self.block().0 == 32
+    }
+
+    /// Bytes of an `[n][k]` matrix as stored.
+    pub fn stored_bytes(self, n: usize, k: usize) -> usize {
+        let (be, bb) = self.block();
+        n * k.div_ceil(be) * bb
+    }
+
+    fn check(self, bytes: &[u8], n: usize, k: usize) -> Result<(), FormatError> {
+        if self.is_quantized() && k % 32 != 0 {
+            return Err(FormatError::BlockAlign { format: self, k });
+        }
+        let want = self.stored_bytes(n, k);
+        if bytes.len() != want {
+            return Err(FormatError::Size {
+                format: self,
+                n,
+                k,
+                got: bytes.len(),
+                want,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn f16_at(b: &[u8], i: usize) -> f32 {
+    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+}
+
+/// Dequantises an `[n][k]` matrix to f32, row-major.
+pub fn dequantize(
+    format: WeightFormat,
+    bytes: &[u8],
+    n: usize,
+    k: usize,
+) -> Result<Vec<f32>, FormatError> {
+    format.check(bytes, n, k)?;
+    let mut out = Vec::with_capacity(n * k);
+    match format {
+        WeightFormat::F32 => out.extend(
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        ),
+        WeightFormat::F16 => out.extend(
+            bytes
+                .chunks_exact(2)
+                .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()),
+        ),
+        WeightFormat::Bf16 => out.extend(
+            bytes
+                .chunks_exact(2)
+                .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()),
+        ),
+        WeightFormat::Q8_0 => {
+            for blk in bytes.chunks_exact(34) {
+                let d = f16_at(blk, 0);
+                out.extend(blk[2..].iter().map(|&q| d * f32::from(q as i8)));
+            }
+        }
+        WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
+            let q4_1 = format == WeightFormat::Q4_1;
+            let hdr = if q4_1 { 4 } else { 2 };
+            for blk in bytes.chunks(if q4_1 { 20 } else { 18 }) {
+                let d = f16_at(blk, 0);
+                let m = if q4_1 { f16_at(blk, 2) } else { 0.0 };
+                let qs = &blk[hdr..hdr + 16];
+                let val = |q: u8| {
+                    if q4_1 {
+                        d * f32::from(q) + m
+                    } else {
+                        d * (f32::from(q) - 8.0)
+                    }
+                };
+                // Element j is the low nibble of byte j, element j + 16 its high nibble.
+                out.extend(qs.iter().map(|&b| val(b & 0xF)));
+                out.extend(qs.iter().map(|&b| val(b >> 4)));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A matrix in the GPU layout (see the module doc).
+#[derive(Clone, Debug)]
+pub struct Repacked {
+    pub format: WeightFormat,
+    pub n: usize,
+    pub k: usize,
+    /// Row stride of `data` in elements of the padded row (f32 / f16 / bf16).
+    pub kp: usize,
+    pub data: Vec<u8>,
+    /// Quantised formats only: f32 `d` (Q4_1: `d, m`) per block.
+    pub scales: Vec<u8>,
+}
+
+/// Rearranges stored bytes into the GPU layout.
+pub fn repack(
+    format: WeightFormat,
+    bytes: &[u8],
+    n: usize,
+    k: usize,
+) -> Result<Repacked, FormatError> {
+    format.check(bytes, n, k)?;
+    let kp = k.div_ceil(8) * 8;
+    let mut data = Vec::new();
+    let mut scales = Vec::new();
+    match format {
+        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Bf16 => {
+            let es = format.block().1;
+            data.reserve(n * kp * es);
+            for row in bytes.chunks_exact(k * es) {
+                data.extend_from_slice(row);
+                data.resize(data.len() + (kp - k) * es, 0);
+            }
+        }
+        WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
+            let (_, bb) = format.block();
+            let hdr = if format == WeightFormat::Q4_1 { 4 } else { 2 };
+            for blk in bytes.chunks_exact(bb) {
+                scales.extend_from_slice(&f16_at(blk, 0).to_le_bytes());
+                if format == WeightFormat::Q4_1 {
+                    scales.extend_from_slice(&f16_at(blk, 2).to_le_bytes());
+                }
+                data.extend_from_slice(&blk[hdr..]);
+            }
+        }
+    }
+    Ok(Repacked {
+        format,
+        n,
+        k,
+        kp,
+        data,
+        scales,
+    })
+}

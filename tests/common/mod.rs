@@ -1,0 +1,115 @@
+//! Shared by the test binaries: one device per process, upload/readback helpers,
+//! and random weights in every format.
+#![allow(dead_code)]
+
+use std::sync::OnceLock;
+
+use half::{bf16, f16};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use wgpu::util::DeviceExt;
+use wllm::gpu::{BufSlice, GpuContext, GpuOptions, StepEncoder};
+use wllm::kernels::{GpuWeight, Kernels};
+use wllm::quant::{self, WeightFormat};
+
+/// The process's kernels on the real adapter. No adapter is a failure, with the
+/// install hint, never a skip.
+pub fn kernels() -> &'static Kernels {
+    static K: OnceLock<Kernels> = OnceLock::new();
+    K.get_or_init(|| {
+        let ctx = GpuContext::new(&GpuOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+        eprintln!("adapter: {}", ctx.describe());
+        Kernels::new(&ctx).unwrap_or_else(|e| panic!("{e}"))
+    })
+}
+
+pub fn rng(seed: u64) -> StdRng {
+    StdRng::seed_from_u64(seed)
+}
+
+pub fn rand_vec(r: &mut StdRng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| r.random_range(-1.0f32..1.0)).collect()
+}
+
+pub fn upload<T: bytemuck::Pod>(data: &[T]) -> wgpu::Buffer {
+    let mut bytes = bytemuck::cast_slice::<T, u8>(data).to_vec();
+    bytes.resize(bytes.len().max(16).div_ceil(4) * 4, 0);
+    kernels()
+        .ctx
+        .device
+        .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("test"),
+            contents: &bytes,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+        })
+}
+
+pub fn zeros(n: usize) -> wgpu::Buffer {
+    kernels().scratch((n * 4) as u64)
+}
+
+pub fn encoder() -> StepEncoder {
+    StepEncoder::new(&kernels().ctx)
+}
+
+/// Submits `enc` and reads `n` f32 (or u32) values from each buffer.
+pub fn run_read<T: bytemuck::Pod>(
+    enc: StepEncoder,
+    bufs: &[(&wgpu::Buffer, usize)],
+) -> Vec<Vec<T>> {
+    let reads: Vec<BufSlice> = bufs
+        .iter()
+        .map(|(b, n)| BufSlice::range(b, 0, (n * 4) as u64))
+        .collect();
+    enc.submit_and_read(&reads)
+        .expect("readback")
+        .into_iter()
+        .map(|b| bytemuck::pod_collect_to_vec(&b))
+        .collect()
+}
+
+/// Random stored bytes of an `[n][k]` matrix in `format` (finite scales).
+pub fn rand_weight_bytes(r: &mut StdRng, format: WeightFormat, n: usize, k: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(format.stored_bytes(n, k));
+    match format {
+        WeightFormat::F32 => {
+            (0..n * k).for_each(|_| out.extend(r.random_range(-1.0f32..1.0).to_le_bytes()))
+        }
+        WeightFormat::F16 => (0..n * k)
+            .for_each(|_| out.extend(f16::from_f32(r.random_range(-1.0..1.0)).to_le_bytes())),
+        WeightFormat::Bf16 => (0..n * k)
+            .for_each(|_| out.extend(bf16::from_f32(r.random_range(-1.0..1.0)).to_le_bytes())),
+        q => {
+            let (_, bb) = q.block();
+            let hdr = if q == WeightFormat::Q4_1 { 4 } else { 2 };
+            for _ in 0..n * k / 32 {
+                out.extend(f16::from_f32(r.random_range(-0.1..0.1)).to_le_bytes());
+                if q == WeightFormat::Q4_1 {
+                    out.extend(f16::from_f32(r.random_range(-0.1..0.1)).to_le_bytes());
+                }
+                (hdr..bb).for_each(|_| out.push(r.random()));
+            }
+        }
+    }
+    out
+}
+
+/// A random weight on the GPU and its f32 dequantisation on the CPU.
+pub fn rand_weight(
+    r: &mut StdRng,
+    format: WeightFormat,
+    n: usize,
+    k: usize,
+) -> (GpuWeight, Vec<f32>) {
+    let bytes = rand_weight_bytes(r, format, n, k);
+    let cpu = quant::dequantize(format, &bytes, n, k).expect("dequantize");
+    let rp = quant::repack(format, &bytes, n, k).expect("repack");
+    (GpuWeight::upload(&kernels().ctx, &rp, "test weight"), cpu)
+}
+
+/// The K of the tests: awkward for floats (no multiple of 8), block-aligned for quantised.
+pub fn awkward_k(format: WeightFormat) -> usize {
+    if format.is_quantized() { 160 } else { 77 }
+}

@@ -1,0 +1,153 @@
+//! gemm against a CPU reference in every weight format, and its batch invariance.
+
+mod common;
+
+use common::*;
+use wllm::kernels::Rows;
+use wllm::quant::WeightFormat;
+
+/// Y = X·Wᵀ on the CPU in f64, and Σ|x·w| per element for the tolerance.
+fn cpu_gemm(x: &[f32], w: &[f32], t: usize, n: usize, k: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut y = vec![0.0; t * n];
+    let mut mag = vec![0.0; t * n];
+    for i in 0..t {
+        for j in 0..n {
+            let (mut s, mut m) = (0.0f64, 0.0f64);
+            for kk in 0..k {
+                let p = f64::from(x[i * k + kk]) * f64::from(w[j * k + kk]);
+                s += p;
+                m += p.abs();
+            }
+            y[i * n + j] = s;
+            mag[i * n + j] = m;
+        }
+    }
+    (y, mag)
+}
+
+fn check_gemm(format: WeightFormat, t: usize, n: usize, seed: u64) {
+    let k = awkward_k(format);
+    let mut r = rng(seed);
+    let (w, wc) = rand_weight(&mut r, format, n, k);
+    let x = rand_vec(&mut r, t * k);
+    let xb = upload(&x);
+    let yb = zeros(t * n);
+    let ks = kernels();
+    let mut enc = encoder();
+    ks.gemm(&mut enc, &w, Rows::new(&xb, k), Rows::new(&yb, n), t as u32)
+        .unwrap();
+    let got: Vec<f32> = run_read(enc, &[(&yb, t * n)]).remove(0);
+    let (want, mag) = cpu_gemm(&x, &wc, t, n, k);
+    for i in 0..t * n {
+        let err = (f64::from(got[i]) - want[i]).abs();
+        assert!(
+            err <= 1e-5 * mag[i] + 1e-6,
+            "{format:?} T={t} N={n} K={k}: element {i} got {} want {} (err {err})",
+            got[i],
+            want[i]
+        );
+    }
+}
+
+#[test]
+fn gemm_matches_cpu_every_format_and_shape() {
+    for (fi, format) in WeightFormat::ALL.into_iter().enumerate() {
+        for (si, &(t, n)) in [(1, 49152), (3, 19), (67, 37), (130, 100), (3, 49152)]
+            .iter()
+            .enumerate()
+        {
+            check_gemm(format, t, n, (fi * 10 + si) as u64);
+        }
+    }
+}
+
+#[test]
+fn gemm_prefill_lm_head_shape() {
+    check_gemm(WeightFormat::F16, 67, 49152, 91);
+    check_gemm(WeightFormat::Q4_1, 130, 49152, 92);
+}
+
+#[test]
+fn gemm_aligned_k_uses_vector_loads() {
+    // K = 576 (the default model's hidden size): the vec4 load path.
+    for format in WeightFormat::ALL {
+        let (t, n, k) = (67, 40, 576);
+        let mut r = rng(7);
+        let (w, wc) = rand_weight(&mut r, format, n, k);
+        let x = rand_vec(&mut r, t * k);
+        let (xb, yb) = (upload(&x), zeros(t * n));
+        let mut enc = encoder();
+        kernels()
+            .gemm(&mut enc, &w, Rows::new(&xb, k), Rows::new(&yb, n), t as u32)
+            .unwrap();
+        let got: Vec<f32> = run_read(enc, &[(&yb, t * n)]).remove(0);
+        let (want, mag) = cpu_gemm(&x, &wc, t, n, k);
+        for i in 0..t * n {
+            assert!(
+                (f64::from(got[i]) - want[i]).abs() <= 1e-5 * mag[i] + 1e-6,
+                "{format:?} element {i}"
+            );
+        }
+    }
+}
+
+/// Row i computed alone (T = 1, decode path) equals row i inside a T = 64 batch
+/// (prefill path) and inside T = 3, bit for bit.
+#[test]
+fn gemm_is_batch_invariant() {
+    let ks = kernels();
+    for format in WeightFormat::ALL {
+        for k in [awkward_k(format), 576] {
+            let (t, n) = (64usize, 70usize);
+            let mut r = rng(11);
+            let (w, _) = rand_weight(&mut r, format, n, k);
+            let x = rand_vec(&mut r, t * k);
+            let xb = upload(&x);
+            let batch = zeros(t * n);
+            let mut enc = encoder();
+            ks.gemm(
+                &mut enc,
+                &w,
+                Rows::new(&xb, k),
+                Rows::new(&batch, n),
+                t as u32,
+            )
+            .unwrap();
+            let batch: Vec<f32> = run_read(enc, &[(&batch, t * n)]).remove(0);
+            for row in [0usize, 5, 31, 63] {
+                let xi = upload(&x[row * k..(row + 1) * k]);
+                let (one, three) = (zeros(n), zeros(3 * n));
+                let x3 = upload(&x[row.min(61) * k..(row.min(61) + 3) * k]);
+                let mut enc = encoder();
+                ks.gemm(&mut enc, &w, Rows::new(&xi, k), Rows::new(&one, n), 1)
+                    .unwrap();
+                ks.gemm_with(
+                    &mut enc,
+                    &w,
+                    Rows::new(&x3, k),
+                    Rows::new(&three, n),
+                    3,
+                    false,
+                )
+                .unwrap();
+                let out: Vec<Vec<f32>> = run_read(enc, &[(&one, n), (&three, 3 * n)]);
+                let want = &batch[row * n..(row + 1) * n];
+                assert_eq!(
+                    bits(&out[0]),
+                    bits(want),
+                    "{format:?} K={k}: row {row} alone differs from the batch"
+                );
+                let r3 = row - row.min(61);
+                assert_eq!(
+                    bits(&out[1][r3 * n..(r3 + 1) * n]),
+                    bits(want),
+                    "{format:?} K={k}: row {row} in T=3 differs"
+                );
+            }
+        }
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|f| f.to_bits()).collect()
+}
