@@ -38,14 +38,7 @@ pub enum FormatError {
 }
 
 impl WeightFormat {
-    pub const ALL: [WeightFormat; 6] = [
-        Self::F32,
-        Self::F16,
-        Self::Bf16,
-        Self::Q8_0,
-        Self::Q4_0,
-        Self::Q4_1,
-    ];
+    pub const ALL: [WeightFormat; 6] = [Self::F32, Self::F16, Self::Bf16, Self::Q8_0, Self::Q4_0, Self::Q4_1];
 
     /// The GGUF `ggml_type` id.
     pub fn from_ggml_type(t: u32) -> Option<Self> {
@@ -82,7 +75,7 @@ impl WeightFormat {
     }
 
     fn check(self, bytes: &[u8], n: usize, k: usize) -> Result<(), FormatError> {
-        if self.is_quantized() && k % 32 != 0 {
+        if self.is_quantized() && !k.is_multiple_of(32) {
             return Err(FormatError::BlockAlign { format: self, k });
         }
         let want = self.stored_bytes(n, k);
@@ -104,12 +97,7 @@ fn f16_at(b: &[u8], i: usize) -> f32 {
 }
 
 /// Dequantises an `[n][k]` matrix to f32, row-major.
-pub fn dequantize(
-    format: WeightFormat,
-    bytes: &[u8],
-    n: usize,
-    k: usize,
-) -> Result<Vec<f32>, FormatError> {
+pub fn dequantize(format: WeightFormat, bytes: &[u8], n: usize, k: usize) -> Result<Vec<f32>, FormatError> {
     format.check(bytes, n, k)?;
     let mut out = Vec::with_capacity(n * k);
     match format {
@@ -118,11 +106,7 @@ pub fn dequantize(
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
         ),
-        WeightFormat::F16 => out.extend(
-            bytes
-                .chunks_exact(2)
-                .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()),
-        ),
+        WeightFormat::F16 => out.extend(bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())),
         WeightFormat::Bf16 => out.extend(
             bytes
                 .chunks_exact(2)
@@ -171,12 +155,7 @@ pub struct Repacked {
 }
 
 /// Rearranges stored bytes into the GPU layout.
-pub fn repack(
-    format: WeightFormat,
-    bytes: &[u8],
-    n: usize,
-    k: usize,
-) -> Result<Repacked, FormatError> {
+pub fn repack(format: WeightFormat, bytes: &[u8], n: usize, k: usize) -> Result<Repacked, FormatError> {
     format.check(bytes, n, k)?;
     let kp = k.div_ceil(8) * 8;
     let mut data = Vec::new();

@@ -105,31 +105,17 @@ fn gemm_is_batch_invariant() {
             let xb = upload(&x);
             let batch = zeros(t * n);
             let mut enc = encoder();
-            ks.gemm(
-                &mut enc,
-                &w,
-                Rows::new(&xb, k),
-                Rows::new(&batch, n),
-                t as u32,
-            )
-            .unwrap();
+            ks.gemm(&mut enc, &w, Rows::new(&xb, k), Rows::new(&batch, n), t as u32)
+                .unwrap();
             let batch: Vec<f32> = run_read(enc, &[(&batch, t * n)]).remove(0);
             for row in [0usize, 5, 31, 63] {
                 let xi = upload(&x[row * k..(row + 1) * k]);
                 let (one, three) = (zeros(n), zeros(3 * n));
                 let x3 = upload(&x[row.min(61) * k..(row.min(61) + 3) * k]);
                 let mut enc = encoder();
-                ks.gemm(&mut enc, &w, Rows::new(&xi, k), Rows::new(&one, n), 1)
+                ks.gemm(&mut enc, &w, Rows::new(&xi, k), Rows::new(&one, n), 1).unwrap();
+                ks.gemm_with(&mut enc, &w, Rows::new(&x3, k), Rows::new(&three, n), 3, false)
                     .unwrap();
-                ks.gemm_with(
-                    &mut enc,
-                    &w,
-                    Rows::new(&x3, k),
-                    Rows::new(&three, n),
-                    3,
-                    false,
-                )
-                .unwrap();
                 let out: Vec<Vec<f32>> = run_read(enc, &[(&one, n), (&three, 3 * n)]);
                 let want = &batch[row * n..(row + 1) * n];
                 assert_eq!(

@@ -91,9 +91,7 @@ impl GpuContext {
             .collect::<Vec<_>>()
             .join("; ");
         if adapters.is_empty() {
-            return Err(GpuError::NoAdapter {
-                seen: "none".into(),
-            });
+            return Err(GpuError::NoAdapter { seen: "none".into() });
         }
         let wanted = opts
             .adapter
@@ -113,8 +111,7 @@ impl GpuContext {
         });
         let adapter = adapters.remove(0);
         let info = adapter.get_info();
-        let optional =
-            wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
+        let optional = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
         let features = adapter.features() & optional;
         let limits = adapter.limits();
         let (device, queue) = adapter
@@ -152,6 +149,6 @@ impl GpuContext {
 
     /// Largest byte range one storage binding may cover.
     pub fn max_binding(&self) -> u64 {
-        u64::from(self.limits.max_storage_buffer_binding_size).min(self.limits.max_buffer_size)
+        self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size)
     }
 }

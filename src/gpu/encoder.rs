@@ -73,13 +73,7 @@ impl StepEncoder {
 
     /// Records `kernel` over `groups` workgroups with `params` at binding 0 and
     /// `bufs` at bindings 1.. . Zero-sized dispatches are dropped.
-    pub fn dispatch(
-        &mut self,
-        kernel: &Arc<Kernel>,
-        params: &[u8],
-        bufs: &[BufSlice],
-        groups: [u32; 3],
-    ) {
+    pub fn dispatch(&mut self, kernel: &Arc<Kernel>, params: &[u8], bufs: &[BufSlice], groups: [u32; 3]) {
         debug_assert_eq!(bufs.len(), kernel.storage.len(), "{}", kernel.name);
         if groups.contains(&0) {
             return;
@@ -116,20 +110,12 @@ impl StepEncoder {
             self.ctx.queue.write_buffer(&buf, 0, &self.params);
             buf
         });
-        let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some("step"),
-        });
+        let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
         let mut i = 0;
         while i < self.ops.len() {
             match &self.ops[i] {
                 Op::Copy { src, dst } => {
-                    enc.copy_buffer_to_buffer(
-                        &src.buffer,
-                        src.offset,
-                        &dst.buffer,
-                        dst.offset,
-                        src.len(),
-                    );
+                    enc.copy_buffer_to_buffer(&src.buffer, src.offset, &dst.buffer, dst.offset, src.len());
                     i += 1;
                 }
                 Op::Dispatch { .. } => {

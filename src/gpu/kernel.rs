@@ -23,12 +23,7 @@ pub struct Kernel {
 impl Kernel {
     /// Compiles `source` (entry point `main`) with a uniform at binding 0 and
     /// `storage` buffers at bindings 1.. .
-    pub fn new(
-        ctx: &GpuContext,
-        name: &str,
-        source: &str,
-        storage: &[Binding],
-    ) -> Result<Self, GpuError> {
+    pub fn new(ctx: &GpuContext, name: &str, source: &str, storage: &[Binding]) -> Result<Self, GpuError> {
         let device = &ctx.device;
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {

@@ -25,13 +25,8 @@ pub fn source(format: WeightFormat) -> String {
     s.push_str(include_str!("../../shaders/weights.wgsl"));
     s.push_str(&weight_decls(format, 2));
     let ob = if format.is_quantized() { 4 } else { 3 };
-    let _ = writeln!(
-        s,
-        "@group(0) @binding({ob}) var<storage, read_write> out: array<f32>;"
-    );
-    s.push_str(
-        "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n",
-    );
+    let _ = writeln!(s, "@group(0) @binding({ob}) var<storage, read_write> out: array<f32>;");
+    s.push_str("@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n");
     s.push_str("let t = gid.y; let c = gid.x;\nif (t >= p.t || c >= p.chunks) { return; }\n");
     s.push_str("let row = min(ids[t], p.vocab - 1u);\nlet o = t * p.d;\n");
     if format.is_quantized() {
@@ -43,10 +38,7 @@ pub fn source(format: WeightFormat) -> String {
                     "let v = {v}; put8(o, 32u * c + {}u, F8(v.a * d0.x + d0.y, v.b * d0.x + d0.y));",
                     8 * sub
                 ),
-                _ => format!(
-                    "let v = {v}; put8(o, 32u * c + {}u, F8(v.a * d0, v.b * d0));",
-                    8 * sub
-                ),
+                _ => format!("let v = {v}; put8(o, 32u * c + {}u, F8(v.a * d0, v.b * d0));", 8 * sub),
             };
             let _ = writeln!(s, "{{ {val} }}");
         }

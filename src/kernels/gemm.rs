@@ -87,11 +87,7 @@ pub(crate) fn dq_sub(format: WeightFormat, j: u32, s: u32) -> String {
         WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
             let (l0, l1) = (lanes[(2 * s % 4) as usize], lanes[(2 * s % 4 + 1) as usize]);
             let sh = if s < 2 { 0 } else { 4 };
-            let off = if format == WeightFormat::Q4_0 {
-                "8.0"
-            } else {
-                "0.0"
-            };
+            let off = if format == WeightFormat::Q4_0 { "8.0" } else { "0.0" };
             format!("dq_q4(q{j}.{l0}, q{j}.{l1}, {sh}u, {off})")
         }
         _ => unreachable!("dq_sub on a float format"),
@@ -101,9 +97,9 @@ pub(crate) fn dq_sub(format: WeightFormat, j: u32, s: u32) -> String {
 /// Statements loading the quantised block `blk` of column `j` into `q{j}` / `qa{j}, qb{j}` and `d{j}`.
 pub(crate) fn load_block(format: WeightFormat, j: u32, blk: &str) -> String {
     match format {
-        WeightFormat::Q8_0 => format!(
-            "let qa{j} = w[2u * ({blk})]; let qb{j} = w[2u * ({blk}) + 1u]; let d{j} = scales[{blk}];\n"
-        ),
+        WeightFormat::Q8_0 => {
+            format!("let qa{j} = w[2u * ({blk})]; let qb{j} = w[2u * ({blk}) + 1u]; let d{j} = scales[{blk}];\n")
+        }
         _ => format!("let q{j} = w[{blk}]; let d{j} = scales[{blk}];\n"),
     }
 }
@@ -132,19 +128,13 @@ pub fn source(v: GemmVariant) -> String {
     }
     s.push_str(&weight_decls(v.format, 2));
     let yb = if v.format.is_quantized() { 4 } else { 3 };
-    let _ = writeln!(
-        s,
-        "@group(0) @binding({yb}) var<storage, read_write> y: array<f32>;"
-    );
+    let _ = writeln!(s, "@group(0) @binding({yb}) var<storage, read_write> y: array<f32>;");
     let _ = writeln!(s, "@compute @workgroup_size({})", v.wg);
     s.push_str("fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n");
     let _ = writeln!(s, "let n0 = gid.x * {tn}u; let t0 = gid.y * {tm}u;");
     s.push_str("if (n0 >= p.n || t0 >= p.t) { return; }\n");
     for i in 0..tm {
-        let _ = writeln!(
-            s,
-            "let r{i} = p.x_off + min(t0 + {i}u, p.t - 1u) * p.x_stride;"
-        );
+        let _ = writeln!(s, "let r{i} = p.x_off + min(t0 + {i}u, p.t - 1u) * p.x_stride;");
     }
     for j in 0..tn {
         let _ = writeln!(s, "let c{j} = min(n0 + {j}u, p.n - 1u);");

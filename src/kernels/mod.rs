@@ -132,12 +132,11 @@ impl Kernels {
     pub fn new(ctx: &GpuContext) -> Result<Self, GpuError> {
         let k = |name: &str, src: &str, b: &[Binding]| Kernel::new(ctx, name, src, b).map(Arc::new);
         let dummy = || {
-            ctx.device
-                .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                    label: Some("dummy"),
-                    contents: &[0u8; 16],
-                    usage: wgpu::BufferUsages::STORAGE,
-                })
+            ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("dummy"),
+                contents: &[0u8; 16],
+                usage: wgpu::BufferUsages::STORAGE,
+            })
         };
         let me = Self {
             ctx: ctx.clone(),
@@ -148,16 +147,8 @@ impl Kernels {
                 &[R, R, RW, R, RW],
             )?,
             rope: k("rope", include_str!("../../shaders/rope.wgsl"), &[R, R, RW])?,
-            silu_mul: k(
-                "silu_mul",
-                include_str!("../../shaders/silu_mul.wgsl"),
-                &[R, RW],
-            )?,
-            argmax: k(
-                "argmax",
-                include_str!("../../shaders/argmax.wgsl"),
-                &[R, RW],
-            )?,
+            silu_mul: k("silu_mul", include_str!("../../shaders/silu_mul.wgsl"), &[R, RW])?,
+            argmax: k("argmax", include_str!("../../shaders/argmax.wgsl"), &[R, RW])?,
             gemm: Mutex::default(),
             embed: Mutex::default(),
             dummy: dummy(),
@@ -183,9 +174,7 @@ impl Kernels {
         self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("scratch"),
             size: bytes.max(16).div_ceil(4) * 4,
-            usage: wgpu::BufferUsages::STORAGE
-                | wgpu::BufferUsages::COPY_DST
-                | wgpu::BufferUsages::COPY_SRC,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         })
     }
@@ -205,7 +194,7 @@ impl Kernels {
             },
             tn: if decode { tl.decode_tn } else { tl.prefill_tn },
             wg: tl.wg,
-            x_vec: w.k % 8 == 0 && x.stride % 4 == 0 && x.off % 4 == 0,
+            x_vec: w.k.is_multiple_of(8) && x.stride.is_multiple_of(4) && x.off.is_multiple_of(4),
         }
     }
 
@@ -230,11 +219,7 @@ impl Kernels {
         if let Some(k) = cache.get(&f) {
             return Ok(k.clone());
         }
-        let storage: &[Binding] = if f.is_quantized() {
-            &[R, R, R, RW]
-        } else {
-            &[R, R, RW]
-        };
+        let storage: &[Binding] = if f.is_quantized() { &[R, R, R, RW] } else { &[R, R, RW] };
         let k = Arc::new(Kernel::new(
             &self.ctx,
             &format!("embed_{f:?}"),
@@ -270,14 +255,7 @@ impl Kernels {
     }
 
     /// Y[t, :N] = X[t, :K] · Wᵀ for `t` rows; the path (decode or prefill) follows `t`.
-    pub fn gemm(
-        &self,
-        enc: &mut StepEncoder,
-        w: &GpuWeight,
-        x: Rows,
-        y: Rows,
-        t: u32,
-    ) -> Result<(), GpuError> {
+    pub fn gemm(&self, enc: &mut StepEncoder, w: &GpuWeight, x: Rows, y: Rows, t: u32) -> Result<(), GpuError> {
         self.gemm_with(enc, w, x, y, t, t <= self.tiles.decode_max_t)
     }
 
@@ -311,12 +289,7 @@ impl Kernels {
         }
         bufs.push(BufSlice::whole(y.buf));
         let cols = (w.n as u32).div_ceil(v.tn * v.wg);
-        enc.dispatch(
-            &kernel,
-            bytemuck::bytes_of(&p),
-            &bufs,
-            [cols, t.div_ceil(v.tm), 1],
-        );
+        enc.dispatch(&kernel, bytemuck::bytes_of(&p), &bufs, [cols, t.div_ceil(v.tm), 1]);
         Ok(())
     }
 
@@ -409,11 +382,7 @@ impl Kernels {
             max_pos,
             pad: [0; 2],
         };
-        let bufs = [
-            BufSlice::whole(positions),
-            BufSlice::whole(table),
-            BufSlice::whole(x),
-        ];
+        let bufs = [BufSlice::whole(positions), BufSlice::whole(table), BufSlice::whole(x)];
         enc.dispatch(
             &self.rope,
             bytemuck::bytes_of(&p),
@@ -423,14 +392,7 @@ impl Kernels {
     }
 
     /// out[t, i] = silu(gu[t, i]) · gu[t, inter + i].
-    pub fn silu_mul(
-        &self,
-        enc: &mut StepEncoder,
-        gu: &wgpu::Buffer,
-        out: &wgpu::Buffer,
-        t: u32,
-        inter: u32,
-    ) {
+    pub fn silu_mul(&self, enc: &mut StepEncoder, gu: &wgpu::Buffer, out: &wgpu::Buffer, t: u32, inter: u32) {
         let bufs = [BufSlice::whole(gu), BufSlice::whole(out)];
         enc.dispatch(
             &self.silu_mul,
@@ -441,14 +403,7 @@ impl Kernels {
     }
 
     /// out[r] = argmax of row r of `x` (`rows` rows of `n`).
-    pub fn argmax(
-        &self,
-        enc: &mut StepEncoder,
-        x: &wgpu::Buffer,
-        n: u32,
-        rows: u32,
-        out: &wgpu::Buffer,
-    ) {
+    pub fn argmax(&self, enc: &mut StepEncoder, x: &wgpu::Buffer, n: u32, rows: u32, out: &wgpu::Buffer) {
         let bufs = [BufSlice::whole(x), BufSlice::whole(out)];
         enc.dispatch(&self.argmax, u32s(&[rows, n, 0, 0]), &bufs, [rows, 1, 1]);
     }

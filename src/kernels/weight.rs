@@ -25,14 +25,11 @@ impl GpuWeight {
             // wgpu needs a non-empty, 4-byte-multiple buffer.
             let mut v = bytes.to_vec();
             v.resize(v.len().max(16).div_ceil(4) * 4, 0);
-            ctx.device
-                .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                    label: Some(label),
-                    contents: &v,
-                    usage: wgpu::BufferUsages::STORAGE
-                        | wgpu::BufferUsages::COPY_DST
-                        | wgpu::BufferUsages::COPY_SRC,
-                })
+            ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: &v,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            })
         };
         Self {
             format: r.format,

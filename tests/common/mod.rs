@@ -40,9 +40,7 @@ pub fn upload<T: bytemuck::Pod>(data: &[T]) -> wgpu::Buffer {
         .create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("test"),
             contents: &bytes,
-            usage: wgpu::BufferUsages::STORAGE
-                | wgpu::BufferUsages::COPY_SRC
-                | wgpu::BufferUsages::COPY_DST,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
         })
 }
 
@@ -55,10 +53,7 @@ pub fn encoder() -> StepEncoder {
 }
 
 /// Submits `enc` and reads `n` f32 (or u32) values from each buffer.
-pub fn run_read<T: bytemuck::Pod>(
-    enc: StepEncoder,
-    bufs: &[(&wgpu::Buffer, usize)],
-) -> Vec<Vec<T>> {
+pub fn run_read<T: bytemuck::Pod>(enc: StepEncoder, bufs: &[(&wgpu::Buffer, usize)]) -> Vec<Vec<T>> {
     let reads: Vec<BufSlice> = bufs
         .iter()
         .map(|(b, n)| BufSlice::range(b, 0, (n * 4) as u64))
@@ -74,13 +69,13 @@ pub fn run_read<T: bytemuck::Pod>(
 pub fn rand_weight_bytes(r: &mut StdRng, format: WeightFormat, n: usize, k: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(format.stored_bytes(n, k));
     match format {
-        WeightFormat::F32 => {
-            (0..n * k).for_each(|_| out.extend(r.random_range(-1.0f32..1.0).to_le_bytes()))
+        WeightFormat::F32 => (0..n * k).for_each(|_| out.extend(r.random_range(-1.0f32..1.0).to_le_bytes())),
+        WeightFormat::F16 => {
+            (0..n * k).for_each(|_| out.extend(f16::from_f32(r.random_range(-1.0..1.0)).to_le_bytes()))
         }
-        WeightFormat::F16 => (0..n * k)
-            .for_each(|_| out.extend(f16::from_f32(r.random_range(-1.0..1.0)).to_le_bytes())),
-        WeightFormat::Bf16 => (0..n * k)
-            .for_each(|_| out.extend(bf16::from_f32(r.random_range(-1.0..1.0)).to_le_bytes())),
+        WeightFormat::Bf16 => {
+            (0..n * k).for_each(|_| out.extend(bf16::from_f32(r.random_range(-1.0..1.0)).to_le_bytes()))
+        }
         q => {
             let (_, bb) = q.block();
             let hdr = if q == WeightFormat::Q4_1 { 4 } else { 2 };
@@ -97,12 +92,7 @@ pub fn rand_weight_bytes(r: &mut StdRng, format: WeightFormat, n: usize, k: usiz
 }
 
 /// A random weight on the GPU and its f32 dequantisation on the CPU.
-pub fn rand_weight(
-    r: &mut StdRng,
-    format: WeightFormat,
-    n: usize,
-    k: usize,
-) -> (GpuWeight, Vec<f32>) {
+pub fn rand_weight(r: &mut StdRng, format: WeightFormat, n: usize, k: usize) -> (GpuWeight, Vec<f32>) {
     let bytes = rand_weight_bytes(r, format, n, k);
     let cpu = quant::dequantize(format, &bytes, n, k).expect("dequantize");
     let rp = quant::repack(format, &bytes, n, k).expect("repack");

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The test command of the README: sets up what the tests need on a fresh machine
+# (a Vulkan driver — lavapipe where there is no GPU — and the default model),
+# then runs the whole test suite in release mode on the real adapter.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if ! ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "test.sh: no Vulkan driver found; installing lavapipe (mesa-vulkan-drivers)" >&2
+    apt-get update -qq && apt-get install -y -qq mesa-vulkan-drivers >/dev/null
+  else
+    echo "test.sh: no Vulkan driver found; install one (Debian/Ubuntu: sudo apt-get install mesa-vulkan-drivers)" >&2
+  fi
+fi
+./models/fetch.sh >/dev/null
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
+cargo test --release "$@"
