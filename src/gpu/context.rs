@@ -149,6 +149,8 @@ impl GpuContext {
 
     /// Largest byte range one storage binding may cover.
     pub fn max_binding(&self) -> u64 {
-        self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size)
+        self.limits
+            .max_storage_buffer_binding_size
+            .min(self.limits.max_buffer_size)
     }
 }

@@ -87,6 +87,35 @@ struct NormParams {
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+struct AttentionParams {
+    t: u32,
+    heads: u32,
+    kv_heads: u32,
+    q_stride: u32,
+    block_size: u32,
+    max_blocks: u32,
+    scale: f32,
+    pad: u32,
+}
+
+/// The paged KV cache and step arrays `paged_attention` reads.
+#[derive(Clone, Copy, Debug)]
+pub struct PagedKv<'a> {
+    // k_cache, v_cache: (num_blocks * block_size, kv_heads * head_dim) f32
+    pub k_cache: &'a wgpu::Buffer,
+    pub v_cache: &'a wgpu::Buffer,
+    pub kv_heads: u32,
+    pub head_dim: u32,
+    pub block_size: u32,
+    // positions, token_seq: (T) u32; block_tables: (S, max_blocks) u32
+    pub positions: &'a wgpu::Buffer,
+    pub token_seq: &'a wgpu::Buffer,
+    pub block_tables: &'a wgpu::Buffer,
+    pub max_blocks: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 struct RopeParams {
     t: u32,
     heads: u32,
@@ -114,6 +143,8 @@ pub struct Kernels {
     rope: Arc<Kernel>,
     silu_mul: Arc<Kernel>,
     argmax: Arc<Kernel>,
+    cache_write: Arc<Kernel>,
+    attention: Mutex<HashMap<u32, Arc<Kernel>>>,
     gemm: Mutex<HashMap<GemmVariant, Arc<Kernel>>>,
     embed: Mutex<HashMap<WeightFormat, Arc<Kernel>>>,
     // dummy, dummy_rw: 16-byte buffers bound where a kernel ignores a binding
@@ -149,6 +180,12 @@ impl Kernels {
             rope: k("rope", include_str!("../../shaders/rope.wgsl"), &[R, R, RW])?,
             silu_mul: k("silu_mul", include_str!("../../shaders/silu_mul.wgsl"), &[R, RW])?,
             argmax: k("argmax", include_str!("../../shaders/argmax.wgsl"), &[R, RW])?,
+            cache_write: k(
+                "cache_write",
+                include_str!("../../shaders/cache_write.wgsl"),
+                &[R, R, RW, RW],
+            )?,
+            attention: Mutex::default(),
             gemm: Mutex::default(),
             embed: Mutex::default(),
             dummy: dummy(),
@@ -402,6 +439,126 @@ impl Kernels {
         );
     }
 
+    /// Lanes per (head, token) workgroup of `paged_attention`.
+    fn attention_lanes(&self, head_dim: u32) -> u32 {
+        if self.ctx.is_cpu() {
+            8
+        } else {
+            (4096 / head_dim).clamp(4, 32)
+        }
+    }
+
+    fn attention_kernel(&self, head_dim: u32) -> Result<Arc<Kernel>, GpuError> {
+        let mut cache = self.attention.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = cache.get(&head_dim) {
+            return Ok(k.clone());
+        }
+        let src = format!(
+            "const HD: u32 = {head_dim}u;\nconst W: u32 = {}u;\n{}",
+            self.attention_lanes(head_dim),
+            include_str!("../../shaders/paged_attention.wgsl")
+        );
+        let k = Arc::new(Kernel::new(
+            &self.ctx,
+            &format!("paged_attention_{head_dim}"),
+            &src,
+            &[R, R, R, R, R, R, RW],
+        )?);
+        cache.insert(head_dim, k.clone());
+        Ok(k)
+    }
+
+    /// Compiles and warms `paged_attention` for `head_dim`.
+    pub fn prepare_attention(&self, head_dim: u32) -> Result<(), GpuError> {
+        let b = self.scratch(u64::from(head_dim) * 16);
+        let kv = PagedKv {
+            k_cache: &b,
+            v_cache: &b,
+            kv_heads: 1,
+            head_dim,
+            block_size: 1,
+            positions: &self.dummy,
+            token_seq: &self.dummy,
+            block_tables: &self.dummy,
+            max_blocks: 1,
+        };
+        let out = self.scratch(u64::from(head_dim) * 4);
+        let mut enc = StepEncoder::new(&self.ctx);
+        self.paged_attention(&mut enc, &b, u32::MAX, kv, 1, 1, &out)?;
+        enc.submit_and_read(&[])?;
+        Ok(())
+    }
+
+    /// K, V of `t` tokens (at `k_off`, `v_off` in rows of `qkv`) into the cache slots `slot_mapping`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn cache_write(
+        &self,
+        enc: &mut StepEncoder,
+        qkv: Rows,
+        k_off: u32,
+        v_off: u32,
+        kv_width: u32,
+        slot_mapping: &wgpu::Buffer,
+        k_cache: &wgpu::Buffer,
+        v_cache: &wgpu::Buffer,
+        t: u32,
+    ) {
+        let p = [t, kv_width, qkv.stride, k_off, v_off, 0, 0, 0];
+        let bufs = [
+            BufSlice::whole(qkv.buf),
+            BufSlice::whole(slot_mapping),
+            BufSlice::whole(k_cache),
+            BufSlice::whole(v_cache),
+        ];
+        enc.dispatch(
+            &self.cache_write,
+            bytemuck::cast_slice(&p),
+            &bufs,
+            [kv_width.div_ceil(64), t, 1],
+        );
+    }
+
+    /// Causal attention of `t` query rows (`heads` heads at the start of each
+    /// `q_stride`-long row of `q`) over the paged cache; `q_stride == u32::MAX` means heads·head_dim.
+    #[allow(clippy::too_many_arguments)]
+    pub fn paged_attention(
+        &self,
+        enc: &mut StepEncoder,
+        q: &wgpu::Buffer,
+        q_stride: u32,
+        kv: PagedKv,
+        heads: u32,
+        t: u32,
+        out: &wgpu::Buffer,
+    ) -> Result<(), GpuError> {
+        let kernel = self.attention_kernel(kv.head_dim)?;
+        let p = AttentionParams {
+            t,
+            heads,
+            kv_heads: kv.kv_heads,
+            q_stride: if q_stride == u32::MAX {
+                heads * kv.head_dim
+            } else {
+                q_stride
+            },
+            block_size: kv.block_size,
+            max_blocks: kv.max_blocks,
+            scale: 1.0 / (kv.head_dim as f32).sqrt(),
+            pad: 0,
+        };
+        let bufs = [
+            BufSlice::whole(q),
+            BufSlice::whole(kv.k_cache),
+            BufSlice::whole(kv.v_cache),
+            BufSlice::whole(kv.positions),
+            BufSlice::whole(kv.token_seq),
+            BufSlice::whole(kv.block_tables),
+            BufSlice::whole(out),
+        ];
+        enc.dispatch(&kernel, bytemuck::bytes_of(&p), &bufs, [heads, t, 1]);
+        Ok(())
+    }
+
     /// out[r] = argmax of row r of `x` (`rows` rows of `n`).
     pub fn argmax(&self, enc: &mut StepEncoder, x: &wgpu::Buffer, n: u32, rows: u32, out: &wgpu::Buffer) {
         let bufs = [BufSlice::whole(x), BufSlice::whole(out)];
@@ -411,11 +568,16 @@ impl Kernels {
 
 /// The (cos, sin) table of rotary embedding, (max_pos, head_dim/2) pairs, in f64 then f32.
 pub fn rope_table(max_pos: usize, head_dim: usize, theta: f64) -> Vec<f32> {
+    rope_table_scaled(max_pos, head_dim, theta, None)
+}
+
+/// `rope_table` with a divisor per frequency (Llama 3 scaling).
+pub fn rope_table_scaled(max_pos: usize, head_dim: usize, theta: f64, factors: Option<&[f64]>) -> Vec<f32> {
     let half = head_dim / 2;
     let mut t = Vec::with_capacity(max_pos * half * 2);
     for pos in 0..max_pos {
         for i in 0..half {
-            let freq = theta.powf(-2.0 * i as f64 / head_dim as f64);
+            let freq = theta.powf(-2.0 * i as f64 / head_dim as f64) / factors.map_or(1.0, |f| f[i]);
             let a = pos as f64 * freq;
             t.push(a.cos() as f32);
             t.push(a.sin() as f32);

@@ -103,3 +103,21 @@ pub fn rand_weight(r: &mut StdRng, format: WeightFormat, n: usize, k: usize) -> 
 pub fn awkward_k(format: WeightFormat) -> usize {
     if format.is_quantized() { 160 } else { 77 }
 }
+
+/// The default model's path (fetched by models/fetch.sh, which the test command runs).
+pub fn default_model_path() -> std::path::PathBuf {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        p.exists(),
+        "{} is missing: run ./models/fetch.sh (the README's test command does)",
+        p.display()
+    );
+    p
+}
+
+/// The oracle file of the default model.
+pub fn oracle() -> serde_json::Value {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/oracle-smollm2-135m-instruct-q4_1.json");
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).expect("oracle JSON")
+}

@@ -1,0 +1,133 @@
+//! ModelRunner: flattens one scheduled step into varlen arrays, uploads them with
+//! `queue.write_buffer`, encodes the whole forward into one submission, and reads
+//! back only the sampled token ids (and the logit rows that CPU sampling needs).
+
+use crate::gpu::{BufSlice, StepEncoder};
+use crate::kernels::Kernels;
+use crate::model::ModelError;
+use crate::model::llama::{KvCache, LlamaModel, StepBuffers};
+
+/// One sequence's share of a step.
+#[derive(Clone, Debug)]
+pub struct SeqChunk<'a> {
+    /// Every token of the sequence known so far (prompt + output).
+    pub token_ids: &'a [u32],
+    /// Tokens already in the KV cache: this step computes `start..start + len`.
+    pub start: usize,
+    pub len: usize,
+    /// Physical block of each logical block (covers `start + len` tokens).
+    pub block_table: &'a [u32],
+    /// Whether the last token of this chunk yields a next token.
+    pub sample: bool,
+}
+
+/// What a step returns, one entry per sampling sequence in batch order.
+#[derive(Clone, Debug, Default)]
+pub struct StepResult {
+    /// Greedy (argmax) token of each sampling row.
+    pub argmax: Vec<u32>,
+    /// `rows x vocab` logits when asked for.
+    pub logits: Option<Vec<f32>>,
+}
+
+/// Runs the model over the paged cache.
+pub struct ModelRunner {
+    pub model: LlamaModel,
+    pub kernels: Kernels,
+    pub kv: KvCache,
+    pub bufs: StepBuffers,
+}
+
+impl ModelRunner {
+    pub fn new(
+        kernels: Kernels,
+        model: LlamaModel,
+        num_blocks: usize,
+        block_size: usize,
+        max_tokens: usize,
+        max_seqs: usize,
+        max_model_len: usize,
+    ) -> Result<Self, ModelError> {
+        let kv = KvCache::new(&kernels, &model.cfg, num_blocks, block_size)?;
+        let max_blocks = max_model_len.div_ceil(block_size);
+        let bufs = StepBuffers::new(&kernels, &model.cfg, max_tokens, max_seqs, max_blocks);
+        Ok(Self {
+            model,
+            kernels,
+            kv,
+            bufs,
+        })
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.kv.block_size
+    }
+
+    /// Computes the chunks of one step; `want_logits` also reads back the logits rows.
+    pub fn execute(&self, batch: &[SeqChunk], want_logits: bool) -> Result<StepResult, ModelError> {
+        let b = &self.bufs;
+        let bs = self.kv.block_size;
+        let t: usize = batch.iter().map(|c| c.len).sum();
+        if t == 0 || t > b.max_tokens || batch.len() > b.max_seqs {
+            return Err(ModelError::Config(format!(
+                "step of {t} tokens in {} sequences is outside the runner's capacity ({} tokens, {} sequences)",
+                batch.len(),
+                b.max_tokens,
+                b.max_seqs
+            )));
+        }
+        let mut ids = Vec::with_capacity(t);
+        let mut positions = Vec::with_capacity(t);
+        let mut token_seq = Vec::with_capacity(t);
+        let mut slots = Vec::with_capacity(t);
+        let mut tables = vec![0u32; batch.len() * b.max_blocks];
+        let mut rows = Vec::new();
+        for (s, c) in batch.iter().enumerate() {
+            let end = c.start + c.len;
+            if end > c.token_ids.len() || end.div_ceil(bs) > c.block_table.len() || c.block_table.len() > b.max_blocks {
+                return Err(ModelError::Config(format!(
+                    "sequence {s}: chunk {}..{end} of {} tokens does not fit its {} blocks",
+                    c.start,
+                    c.token_ids.len(),
+                    c.block_table.len()
+                )));
+            }
+            for p in c.start..end {
+                ids.push(c.token_ids[p]);
+                positions.push(p as u32);
+                token_seq.push(s as u32);
+                slots.push(c.block_table[p / bs] * bs as u32 + (p % bs) as u32);
+            }
+            tables[s * b.max_blocks..s * b.max_blocks + c.block_table.len()].copy_from_slice(c.block_table);
+            if c.sample {
+                rows.push(ids.len() as u32 - 1);
+            }
+        }
+        let q = &self.kernels.ctx.queue;
+        q.write_buffer(&b.input_ids, 0, bytemuck::cast_slice(&ids));
+        q.write_buffer(&b.positions, 0, bytemuck::cast_slice(&positions));
+        q.write_buffer(&b.token_seq, 0, bytemuck::cast_slice(&token_seq));
+        q.write_buffer(&b.slot_mapping, 0, bytemuck::cast_slice(&slots));
+        q.write_buffer(&b.block_tables, 0, bytemuck::cast_slice(&tables));
+        let n_rows = rows.len();
+        // A step with no sampling row still runs the LM head on one row (cheap) so
+        // that the encoded pass is always the same shape.
+        if rows.is_empty() {
+            rows.push(t as u32 - 1);
+        }
+        q.write_buffer(&b.logits_rows, 0, bytemuck::cast_slice(&rows));
+        let mut enc = StepEncoder::new(&self.kernels.ctx);
+        self.model
+            .encode_forward(&self.kernels, &mut enc, &self.kv, b, t as u32, rows.len() as u32)?;
+        let vocab = self.model.cfg.vocab;
+        let mut reads = vec![BufSlice::range(&b.sampled, 0, (rows.len() * 4) as u64)];
+        if want_logits && n_rows > 0 {
+            reads.push(BufSlice::range(&b.logits, 0, (n_rows * vocab * 4) as u64));
+        }
+        let mut out = enc.submit_and_read(&reads)?;
+        let logits = (out.len() > 1).then(|| bytemuck::pod_collect_to_vec(&out.remove(1)));
+        let mut argmax: Vec<u32> = bytemuck::pod_collect_to_vec(&out.remove(0));
+        argmax.truncate(n_rows);
+        Ok(StepResult { argmax, logits })
+    }
+}

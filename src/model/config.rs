@@ -1,0 +1,192 @@
+//! The Llama-family shape, from GGUF metadata or a Hugging Face config.json.
+
+use super::ModelError;
+use super::gguf::GgufFile;
+use crate::kernels::RopePairing;
+
+/// Shape and constants of a Llama-family model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelConfig {
+    pub arch: String,
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub intermediate: usize,
+    pub vocab: usize,
+    pub rms_eps: f32,
+    pub rope_theta: f64,
+    /// Per-frequency divisors (Llama 3 style scaling), `head_dim / 2` of them.
+    pub rope_freq_factors: Option<Vec<f64>>,
+    pub rope_pairing: RopePairing,
+    pub max_context: usize,
+    pub tie_embeddings: bool,
+}
+
+const ARCHS: [&str; 2] = ["llama", "mistral"];
+
+impl ModelConfig {
+    /// Reads `{arch}.*` keys of a GGUF file.
+    pub fn from_gguf(g: &GgufFile) -> Result<Self, ModelError> {
+        let arch = g
+            .get("general.architecture")
+            .and_then(|v| v.as_str())
+            .unwrap_or("")
+            .to_string();
+        if !ARCHS.contains(&arch.as_str()) {
+            return Err(ModelError::UnsupportedArch(arch));
+        }
+        let u = |k: &str| -> Result<usize, ModelError> {
+            g.get(&format!("{arch}.{k}"))
+                .and_then(|v| v.as_u64())
+                .map(|v| v as usize)
+                .ok_or_else(|| ModelError::Config(format!("GGUF metadata lacks {arch}.{k}")))
+        };
+        let hidden = u("embedding_length")?;
+        let heads = u("attention.head_count")?;
+        let vocab = match u("vocab_size") {
+            Ok(v) => v,
+            Err(_) => g
+                .get("tokenizer.ggml.tokens")
+                .and_then(|v| v.as_array())
+                .map_or(0, |a| a.len()),
+        };
+        let cfg = Self {
+            hidden,
+            layers: u("block_count")?,
+            heads,
+            kv_heads: u("attention.head_count_kv").unwrap_or(heads),
+            head_dim: u("attention.key_length")
+                .or_else(|_| u("rope.dimension_count"))
+                .unwrap_or(hidden / heads.max(1)),
+            intermediate: u("feed_forward_length")?,
+            vocab,
+            rms_eps: g
+                .get(&format!("{arch}.attention.layer_norm_rms_epsilon"))
+                .and_then(|v| v.as_f64())
+                .unwrap_or(1e-5) as f32,
+            rope_theta: g
+                .get(&format!("{arch}.rope.freq_base"))
+                .and_then(|v| v.as_f64())
+                .unwrap_or(10000.0),
+            rope_freq_factors: None,
+            rope_pairing: RopePairing::Adjacent,
+            max_context: u("context_length").unwrap_or(2048),
+            tie_embeddings: !g.tensors.contains_key("output.weight"),
+            arch,
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Reads a Hugging Face config.json.
+    pub fn from_hf_json(text: &str) -> Result<Self, ModelError> {
+        let j: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| ModelError::Config(format!("config.json is not valid JSON: {e}")))?;
+        let model_type = j["model_type"].as_str().unwrap_or("").to_string();
+        if !ARCHS.contains(&model_type.as_str()) {
+            return Err(ModelError::UnsupportedArch(model_type));
+        }
+        let u = |k: &str| -> Result<usize, ModelError> {
+            j[k].as_u64()
+                .map(|v| v as usize)
+                .ok_or_else(|| ModelError::Config(format!("config.json lacks {k}")))
+        };
+        let hidden = u("hidden_size")?;
+        let heads = u("num_attention_heads")?;
+        let head_dim = u("head_dim").unwrap_or(hidden / heads.max(1));
+        let rope_theta = j["rope_theta"].as_f64().unwrap_or(10000.0);
+        let rope_freq_factors = match j.get("rope_scaling") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(s) => Some(llama3_factors(s, head_dim, rope_theta)?),
+        };
+        let cfg = Self {
+            hidden,
+            layers: u("num_hidden_layers")?,
+            heads,
+            kv_heads: u("num_key_value_heads").unwrap_or(heads),
+            head_dim,
+            intermediate: u("intermediate_size")?,
+            vocab: u("vocab_size")?,
+            rms_eps: j["rms_norm_eps"].as_f64().unwrap_or(1e-5) as f32,
+            rope_theta,
+            rope_freq_factors,
+            rope_pairing: RopePairing::RotateHalf,
+            max_context: u("max_position_embeddings").unwrap_or(2048),
+            tie_embeddings: j["tie_word_embeddings"].as_bool().unwrap_or(false),
+            arch: model_type,
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<(), ModelError> {
+        let bad = |m: String| Err(ModelError::Config(m));
+        if [
+            self.hidden,
+            self.layers,
+            self.heads,
+            self.kv_heads,
+            self.head_dim,
+            self.intermediate,
+            self.vocab,
+        ]
+        .contains(&0)
+        {
+            return bad(format!("a dimension is zero: {self:?}"));
+        }
+        if !self.heads.is_multiple_of(self.kv_heads) {
+            return bad(format!(
+                "{} query heads are not a multiple of {} KV heads",
+                self.heads, self.kv_heads
+            ));
+        }
+        if !self.head_dim.is_multiple_of(2) || self.head_dim > 256 {
+            return bad(format!("head_dim {} must be even and at most 256", self.head_dim));
+        }
+        Ok(())
+    }
+
+    /// KV-cache bytes per token: 2 · L · H_kv · d_h · b with b = 4 (f32).
+    pub fn kv_bytes_per_token(&self) -> usize {
+        2 * self.layers * self.kv_heads * self.head_dim * 4
+    }
+
+    /// Width of the fused q|k|v row.
+    pub fn qkv_width(&self) -> usize {
+        (self.heads + 2 * self.kv_heads) * self.head_dim
+    }
+}
+
+/// Llama 3 `rope_scaling`: a divisor per rotary frequency.
+fn llama3_factors(s: &serde_json::Value, head_dim: usize, theta: f64) -> Result<Vec<f64>, ModelError> {
+    let kind = s["rope_type"].as_str().or_else(|| s["type"].as_str()).unwrap_or("");
+    if kind != "llama3" {
+        return Err(ModelError::Config(format!(
+            "rope_scaling type {kind:?} is not supported (only llama3)"
+        )));
+    }
+    let f = |k: &str, d: f64| s[k].as_f64().unwrap_or(d);
+    let (factor, low, high, orig) = (
+        f("factor", 8.0),
+        f("low_freq_factor", 1.0),
+        f("high_freq_factor", 4.0),
+        f("original_max_position_embeddings", 8192.0),
+    );
+    let (low_wl, high_wl) = (orig / low, orig / high);
+    Ok((0..head_dim / 2)
+        .map(|i| {
+            let freq = theta.powf(-2.0 * i as f64 / head_dim as f64);
+            let wl = 2.0 * std::f64::consts::PI / freq;
+            if wl < high_wl {
+                1.0
+            } else if wl > low_wl {
+                factor
+            } else {
+                let smooth = (orig / wl - low) / (high - low);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            }
+        })
+        .collect())
+}

@@ -1,0 +1,234 @@
+//! GGUF v2/v3 reader: header, metadata and tensor directory parsed with bounds
+//! checks over a memory map; tensor bytes are borrowed from the map.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::ModelError;
+use crate::quant::WeightFormat;
+
+/// One metadata value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    U64(u64),
+    I64(i64),
+    F64(f64),
+    Bool(bool),
+    Str(String),
+    Array(Vec<Value>),
+}
+
+impl Value {
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Value::U64(v) => Some(v),
+            Value::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Value::F64(v) => Some(v),
+            Value::U64(v) => Some(v as f64),
+            Value::I64(v) => Some(v as f64),
+            _ => None,
+        }
+    }
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+    pub fn as_bool(&self) -> Option<bool> {
+        match *self {
+            Value::Bool(b) => Some(b),
+            _ => None,
+        }
+    }
+    pub fn as_array(&self) -> Option<&[Value]> {
+        match self {
+            Value::Array(a) => Some(a),
+            _ => None,
+        }
+    }
+}
+
+/// A tensor's place in the file.
+#[derive(Clone, Debug)]
+pub struct TensorInfo {
+    /// GGUF order: `dims[0]` is the contiguous (inner) dimension.
+    pub dims: Vec<u64>,
+    pub ggml_type: u32,
+    /// Absolute byte range in the file.
+    pub start: usize,
+    pub len: usize,
+}
+
+/// An open GGUF file.
+pub struct GgufFile {
+    pub metadata: HashMap<String, Value>,
+    pub tensors: HashMap<String, TensorInfo>,
+    map: memmap2::Mmap,
+}
+
+struct Cursor<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], ModelError> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.b.len()).ok_or_else(|| {
+            ModelError::Corrupt(format!(
+                "GGUF truncated: wanted {n} bytes at offset {} of {}",
+                self.pos,
+                self.b.len()
+            ))
+        })?;
+        let s = &self.b[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn u32(&mut self) -> Result<u32, ModelError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+    fn u64(&mut self) -> Result<u64, ModelError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    fn len(&mut self) -> Result<usize, ModelError> {
+        let n = self.u64()?;
+        if n > (self.b.len() - self.pos) as u64 {
+            return Err(ModelError::Corrupt(format!(
+                "GGUF length {n} at offset {} runs past the file",
+                self.pos
+            )));
+        }
+        Ok(n as usize)
+    }
+    fn string(&mut self) -> Result<String, ModelError> {
+        let n = self.len()?;
+        Ok(String::from_utf8_lossy(self.take(n)?).into_owned())
+    }
+    fn value(&mut self, ty: u32, depth: u32) -> Result<Value, ModelError> {
+        let v = match ty {
+            0 => Value::U64(u64::from(self.take(1)?[0])),
+            1 => Value::I64(i64::from(self.take(1)?[0] as i8)),
+            2 => Value::U64(u64::from(u16::from_le_bytes(self.take(2)?.try_into().expect("2")))),
+            3 => Value::I64(i64::from(i16::from_le_bytes(self.take(2)?.try_into().expect("2")))),
+            4 => Value::U64(u64::from(self.u32()?)),
+            5 => Value::I64(i64::from(self.u32()? as i32)),
+            6 => Value::F64(f64::from(f32::from_bits(self.u32()?))),
+            7 => Value::Bool(self.take(1)?[0] != 0),
+            8 => Value::Str(self.string()?),
+            9 if depth < 4 => {
+                let at = self.u32()?;
+                let n = self.len()?;
+                let mut v = Vec::with_capacity(n.min(1 << 20));
+                for _ in 0..n {
+                    v.push(self.value(at, depth + 1)?);
+                }
+                Value::Array(v)
+            }
+            10 => Value::U64(self.u64()?),
+            11 => Value::I64(self.u64()? as i64),
+            12 => Value::F64(f64::from_bits(self.u64()?)),
+            _ => return Err(ModelError::Corrupt(format!("GGUF metadata value of unknown type {ty}"))),
+        };
+        Ok(v)
+    }
+}
+
+impl GgufFile {
+    pub fn open(path: &Path) -> Result<Self, ModelError> {
+        let file = std::fs::File::open(path).map_err(|e| ModelError::Io(path.display().to_string(), e))?;
+        // SAFETY: the map is read-only and private to this process; a file changed
+        // underneath us is outside the contract (as with every mmap-based loader).
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| ModelError::Io(path.display().to_string(), e))?;
+        Self::parse(map)
+    }
+
+    fn parse(map: memmap2::Mmap) -> Result<Self, ModelError> {
+        let mut c = Cursor { b: &map, pos: 0 };
+        if c.take(4)
+            .map_err(|_| ModelError::Corrupt("file too short to be GGUF".into()))?
+            != b"GGUF"
+        {
+            return Err(ModelError::Corrupt("not a GGUF file (bad magic)".into()));
+        }
+        let version = c.u32()?;
+        if !(2..=3).contains(&version) {
+            return Err(ModelError::Corrupt(format!(
+                "GGUF version {version} is not supported (2 or 3)"
+            )));
+        }
+        let n_tensors = c.u64()?;
+        let n_kv = c.u64()?;
+        let mut metadata = HashMap::new();
+        for _ in 0..n_kv {
+            let key = c.string()?;
+            let ty = c.u32()?;
+            metadata.insert(key, c.value(ty, 0)?);
+        }
+        let mut infos = Vec::new();
+        for _ in 0..n_tensors {
+            let name = c.string()?;
+            let nd = c.u32()?;
+            if nd == 0 || nd > 4 {
+                return Err(ModelError::Corrupt(format!("tensor {name} has {nd} dimensions")));
+            }
+            let dims = (0..nd).map(|_| c.u64()).collect::<Result<Vec<_>, _>>()?;
+            let ggml_type = c.u32()?;
+            let offset = c.u64()?;
+            infos.push((name, dims, ggml_type, offset));
+        }
+        let align = metadata
+            .get("general.alignment")
+            .and_then(Value::as_u64)
+            .unwrap_or(32)
+            .max(1) as usize;
+        let data_start = c.pos.div_ceil(align) * align;
+        let mut tensors = HashMap::new();
+        for (name, dims, ggml_type, offset) in infos {
+            let elems = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+            let len = match (elems, WeightFormat::from_ggml_type(ggml_type)) {
+                (Some(e), Some(f)) => {
+                    let (be, bb) = f.block();
+                    (e as usize).div_ceil(be) * bb
+                }
+                // Unknown types are kept so that using one names it; their length is unknown.
+                (Some(_), None) => 0,
+                (None, _) => return Err(ModelError::Corrupt(format!("tensor {name} dimensions overflow"))),
+            };
+            let start = data_start
+                .checked_add(offset as usize)
+                .filter(|s| s.checked_add(len).is_some_and(|e| e <= map.len()))
+                .ok_or_else(|| {
+                    ModelError::Corrupt(format!(
+                        "tensor {name} ({len} bytes at offset {offset}) runs past the end of the file ({} bytes): \
+                         the file is truncated",
+                        map.len()
+                    ))
+                })?;
+            tensors.insert(
+                name,
+                TensorInfo {
+                    dims,
+                    ggml_type,
+                    start,
+                    len,
+                },
+            );
+        }
+        Ok(Self { metadata, tensors, map })
+    }
+
+    /// The bytes of a tensor as stored.
+    pub fn bytes(&self, t: &TensorInfo) -> &[u8] {
+        &self.map[t.start..t.start + t.len]
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.metadata.get(key)
+    }
+}

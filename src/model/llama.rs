@@ -1,0 +1,413 @@
+//! The Llama forward pass (candle's shape: `load` + `forward`), encoded as WGSL
+//! dispatches into one `StepEncoder`:
+//! embed → per layer: rms_norm → q,k,v gemms → rope → cache_write →
+//! paged_attention → o gemm → rms_norm(+residual) → gate,up gemms → silu·mul →
+//! down gemm → final rms_norm(+residual) on the sampled rows only → lm_head → argmax.
+
+use wgpu::util::DeviceExt;
+
+use super::{ModelConfig, ModelError, ModelFiles, RawTensor};
+use crate::gpu::StepEncoder;
+use crate::kernels::{GpuWeight, Kernels, PagedKv, Rows, rope_table_scaled};
+use crate::quant;
+
+/// One decoder layer's weights.
+pub struct Layer {
+    // attn_norm, ffn_norm: (hidden) f32
+    pub attn_norm: wgpu::Buffer,
+    pub ffn_norm: wgpu::Buffer,
+    // q: (heads*hd, hidden), k, v: (kv_heads*hd, hidden), o: (hidden, heads*hd)
+    pub q: GpuWeight,
+    pub k: GpuWeight,
+    pub v: GpuWeight,
+    pub o: GpuWeight,
+    // gate, up: (inter, hidden), down: (hidden, inter)
+    pub gate: GpuWeight,
+    pub up: GpuWeight,
+    pub down: GpuWeight,
+}
+
+/// The model resident on the GPU.
+pub struct LlamaModel {
+    pub cfg: ModelConfig,
+    // embed: (vocab, hidden); also the LM head when embeddings are tied
+    pub embed: GpuWeight,
+    pub layers: Vec<Layer>,
+    // final_norm: (hidden) f32
+    pub final_norm: wgpu::Buffer,
+    pub lm_head: Option<GpuWeight>,
+    // rope: (max_context, hd/2) vec2<f32> (cos, sin)
+    pub rope: wgpu::Buffer,
+    /// Bytes of weights on the GPU.
+    pub weight_bytes: u64,
+}
+
+/// The per-step arrays and activations the forward pass reads and writes.
+pub struct StepBuffers {
+    pub max_tokens: usize,
+    pub max_seqs: usize,
+    pub max_blocks: usize,
+    // input_ids, positions, token_seq, slot_mapping: (max_tokens) u32
+    pub input_ids: wgpu::Buffer,
+    pub positions: wgpu::Buffer,
+    pub token_seq: wgpu::Buffer,
+    pub slot_mapping: wgpu::Buffer,
+    // block_tables: (max_seqs, max_blocks) u32; logits_rows: (max_seqs) u32
+    pub block_tables: wgpu::Buffer,
+    pub logits_rows: wgpu::Buffer,
+    // h (residual), delta, x: (max_tokens, hidden) f32
+    pub h: wgpu::Buffer,
+    pub delta: wgpu::Buffer,
+    pub x: wgpu::Buffer,
+    // qkv: (max_tokens, (heads + 2 kv_heads) hd); attn: (max_tokens, heads hd)
+    pub qkv: wgpu::Buffer,
+    pub attn: wgpu::Buffer,
+    // gu: (max_tokens, 2 inter); act: (max_tokens, inter)
+    pub gu: wgpu::Buffer,
+    pub act: wgpu::Buffer,
+    // xf: (max_seqs, hidden); logits: (max_seqs, vocab) f32; sampled: (max_seqs) u32
+    pub xf: wgpu::Buffer,
+    pub logits: wgpu::Buffer,
+    pub sampled: wgpu::Buffer,
+}
+
+impl StepBuffers {
+    pub fn new(ks: &Kernels, cfg: &ModelConfig, max_tokens: usize, max_seqs: usize, max_blocks: usize) -> Self {
+        let f = |n: usize| ks.scratch((n * 4) as u64);
+        Self {
+            max_tokens,
+            max_seqs,
+            max_blocks,
+            input_ids: f(max_tokens),
+            positions: f(max_tokens),
+            token_seq: f(max_tokens),
+            slot_mapping: f(max_tokens),
+            block_tables: f(max_seqs * max_blocks),
+            logits_rows: f(max_seqs),
+            h: f(max_tokens * cfg.hidden),
+            delta: f(max_tokens * cfg.hidden),
+            x: f(max_tokens * cfg.hidden),
+            qkv: f(max_tokens * cfg.qkv_width()),
+            attn: f(max_tokens * cfg.heads * cfg.head_dim),
+            gu: f(max_tokens * 2 * cfg.intermediate),
+            act: f(max_tokens * cfg.intermediate),
+            xf: f(max_seqs * cfg.hidden),
+            logits: f(max_seqs * cfg.vocab),
+            sampled: f(max_seqs),
+        }
+    }
+
+    /// Bytes of all step buffers.
+    pub fn bytes(&self) -> u64 {
+        [
+            &self.input_ids,
+            &self.positions,
+            &self.token_seq,
+            &self.slot_mapping,
+            &self.block_tables,
+            &self.logits_rows,
+            &self.h,
+            &self.delta,
+            &self.x,
+            &self.qkv,
+            &self.attn,
+            &self.gu,
+            &self.act,
+            &self.xf,
+            &self.logits,
+            &self.sampled,
+        ]
+        .iter()
+        .map(|b| b.size())
+        .sum()
+    }
+}
+
+/// The paged KV cache: one K and one V buffer per layer.
+pub struct KvCache {
+    // k, v: per layer (num_blocks * block_size, kv_heads * hd) f32
+    pub k: Vec<wgpu::Buffer>,
+    pub v: Vec<wgpu::Buffer>,
+    pub num_blocks: usize,
+    pub block_size: usize,
+}
+
+impl KvCache {
+    pub fn new(ks: &Kernels, cfg: &ModelConfig, num_blocks: usize, block_size: usize) -> Result<Self, ModelError> {
+        let per_layer = (num_blocks * block_size * cfg.kv_heads * cfg.head_dim * 4) as u64;
+        if per_layer > ks.ctx.max_binding() {
+            return Err(ModelError::Config(format!(
+                "a KV pool of {num_blocks} blocks needs {per_layer} bytes per layer, over the adapter's binding \
+                 limit of {} bytes: lower --kv-cache-memory",
+                ks.ctx.max_binding()
+            )));
+        }
+        let mk = |_| ks.scratch(per_layer);
+        Ok(Self {
+            k: (0..cfg.layers).map(mk).collect(),
+            v: (0..cfg.layers).map(mk).collect(),
+            num_blocks,
+            block_size,
+        })
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.k.iter().chain(&self.v).map(|b| b.size()).sum()
+    }
+}
+
+fn check_shape(t: &RawTensor, rows: usize, cols: usize) -> Result<(), ModelError> {
+    if t.rows != rows || t.cols != cols {
+        return Err(ModelError::Shape {
+            name: t.name.clone(),
+            got: vec![t.rows, t.cols],
+            want: vec![rows, cols],
+        });
+    }
+    Ok(())
+}
+
+fn load_matrix(
+    ks: &Kernels,
+    files: &ModelFiles,
+    name: &str,
+    rows: usize,
+    cols: usize,
+) -> Result<GpuWeight, ModelError> {
+    let t = files.tensor(name)?;
+    check_shape(&t, rows, cols)?;
+    let r = quant::repack(t.format, t.bytes, rows, cols)?;
+    Ok(GpuWeight::upload(&ks.ctx, &r, name))
+}
+
+fn load_vector(ks: &Kernels, files: &ModelFiles, name: &str, len: usize) -> Result<wgpu::Buffer, ModelError> {
+    let t = files.tensor(name)?;
+    check_shape(&t, 1, len)?;
+    let v = quant::dequantize(t.format, t.bytes, 1, len)?;
+    Ok(ks.ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some(name),
+        contents: bytemuck::cast_slice(&v),
+        usage: wgpu::BufferUsages::STORAGE,
+    }))
+}
+
+impl LlamaModel {
+    /// Uploads every weight, checking each shape against `cfg`, and prepares the kernels.
+    pub fn load(ks: &Kernels, files: &ModelFiles, cfg: &ModelConfig) -> Result<Self, ModelError> {
+        let (hd, h, hq, hk, inter) = (cfg.head_dim, cfg.hidden, cfg.heads, cfg.kv_heads, cfg.intermediate);
+        let embed = load_matrix(ks, files, "token_embd.weight", cfg.vocab, h)?;
+        let mut layers = Vec::with_capacity(cfg.layers);
+        for l in 0..cfg.layers {
+            let n = |s: &str| format!("blk.{l}.{s}.weight");
+            layers.push(Layer {
+                attn_norm: load_vector(ks, files, &n("attn_norm"), h)?,
+                ffn_norm: load_vector(ks, files, &n("ffn_norm"), h)?,
+                q: load_matrix(ks, files, &n("attn_q"), hq * hd, h)?,
+                k: load_matrix(ks, files, &n("attn_k"), hk * hd, h)?,
+                v: load_matrix(ks, files, &n("attn_v"), hk * hd, h)?,
+                o: load_matrix(ks, files, &n("attn_output"), h, hq * hd)?,
+                gate: load_matrix(ks, files, &n("ffn_gate"), inter, h)?,
+                up: load_matrix(ks, files, &n("ffn_up"), inter, h)?,
+                down: load_matrix(ks, files, &n("ffn_down"), h, inter)?,
+            });
+        }
+        let final_norm = load_vector(ks, files, "output_norm.weight", h)?;
+        let lm_head = if files.has("output.weight") {
+            Some(load_matrix(ks, files, "output.weight", cfg.vocab, h)?)
+        } else {
+            None
+        };
+        let table = rope_table_scaled(cfg.max_context, hd, cfg.rope_theta, cfg.rope_freq_factors.as_deref());
+        let rope = ks.ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("rope table"),
+            contents: bytemuck::cast_slice(&table),
+            usage: wgpu::BufferUsages::STORAGE,
+        });
+        let mut weight_bytes = embed.gpu_bytes() + lm_head.as_ref().map_or(0, |w| w.gpu_bytes());
+        for l in &layers {
+            for w in [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down] {
+                weight_bytes += w.gpu_bytes();
+            }
+            weight_bytes += l.attn_norm.size() + l.ffn_norm.size();
+        }
+        let model = Self {
+            cfg: cfg.clone(),
+            embed,
+            layers,
+            final_norm,
+            lm_head,
+            rope,
+            weight_bytes,
+        };
+        model.prepare(ks)?;
+        Ok(model)
+    }
+
+    /// Compiles and warms every pipeline the forward pass uses.
+    fn prepare(&self, ks: &Kernels) -> Result<(), ModelError> {
+        ks.prepare_embed(&self.embed)?;
+        let mut seen = std::collections::HashSet::new();
+        let l0 = &self.layers[0];
+        for w in [&l0.q, &l0.k, &l0.v, &l0.o, &l0.gate, &l0.up, &l0.down, self.lm_head()] {
+            if seen.insert((w.format, w.k.is_multiple_of(8))) {
+                ks.prepare_gemm(w)?;
+            }
+        }
+        for l in &self.layers {
+            for w in [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down] {
+                if seen.insert((w.format, w.k.is_multiple_of(8))) {
+                    ks.prepare_gemm(w)?;
+                }
+            }
+        }
+        ks.prepare_attention(self.cfg.head_dim as u32)?;
+        Ok(())
+    }
+
+    pub fn lm_head(&self) -> &GpuWeight {
+        self.lm_head.as_ref().unwrap_or(&self.embed)
+    }
+
+    /// Encodes the forward pass of `t` tokens whose step arrays are already in `b`,
+    /// ending with logits for the `n_rows` rows listed in `b.logits_rows` and
+    /// their argmax in `b.sampled`.
+    pub fn encode_forward(
+        &self,
+        ks: &Kernels,
+        enc: &mut StepEncoder,
+        kv: &KvCache,
+        b: &StepBuffers,
+        t: u32,
+        n_rows: u32,
+    ) -> Result<(), ModelError> {
+        let c = &self.cfg;
+        let (hd, hq, hk) = (c.head_dim as u32, c.heads as u32, c.kv_heads as u32);
+        let (hidden, inter, qkv_w) = (c.hidden as u32, c.intermediate as u32, c.qkv_width() as u32);
+        let eps = c.rms_eps;
+        ks.embed(enc, &self.embed, &b.input_ids, t, &b.h)?;
+        for (l, layer) in self.layers.iter().enumerate() {
+            if l == 0 {
+                ks.rms_norm(
+                    enc,
+                    Rows::new(&b.h, c.hidden),
+                    &layer.attn_norm,
+                    None,
+                    None,
+                    eps,
+                    t,
+                    hidden,
+                    &b.x,
+                );
+            } else {
+                ks.rms_norm(
+                    enc,
+                    Rows::new(&b.delta, c.hidden),
+                    &layer.attn_norm,
+                    Some(&b.h),
+                    None,
+                    eps,
+                    t,
+                    hidden,
+                    &b.x,
+                );
+            }
+            let x = Rows::new(&b.x, c.hidden);
+            let qkv_at = |off: u32| Rows {
+                buf: &b.qkv,
+                off,
+                stride: qkv_w,
+            };
+            ks.gemm(enc, &layer.q, x, qkv_at(0), t)?;
+            ks.gemm(enc, &layer.k, x, qkv_at(hq * hd), t)?;
+            ks.gemm(enc, &layer.v, x, qkv_at((hq + hk) * hd), t)?;
+            ks.rope(
+                enc,
+                &b.qkv,
+                qkv_w,
+                &b.positions,
+                &self.rope,
+                c.max_context as u32,
+                t,
+                hq + hk,
+                hd,
+                c.rope_pairing,
+            );
+            ks.cache_write(
+                enc,
+                qkv_at(0),
+                hq * hd,
+                (hq + hk) * hd,
+                hk * hd,
+                &b.slot_mapping,
+                &kv.k[l],
+                &kv.v[l],
+                t,
+            );
+            let paged = PagedKv {
+                k_cache: &kv.k[l],
+                v_cache: &kv.v[l],
+                kv_heads: hk,
+                head_dim: hd,
+                block_size: kv.block_size as u32,
+                positions: &b.positions,
+                token_seq: &b.token_seq,
+                block_tables: &b.block_tables,
+                max_blocks: b.max_blocks as u32,
+            };
+            ks.paged_attention(enc, &b.qkv, qkv_w, paged, hq, t, &b.attn)?;
+            ks.gemm(
+                enc,
+                &layer.o,
+                Rows::new(&b.attn, (hq * hd) as usize),
+                Rows::new(&b.delta, c.hidden),
+                t,
+            )?;
+            ks.rms_norm(
+                enc,
+                Rows::new(&b.delta, c.hidden),
+                &layer.ffn_norm,
+                Some(&b.h),
+                None,
+                eps,
+                t,
+                hidden,
+                &b.x,
+            );
+            let gu_at = |off: u32| Rows {
+                buf: &b.gu,
+                off,
+                stride: 2 * inter,
+            };
+            ks.gemm(enc, &layer.gate, x, gu_at(0), t)?;
+            ks.gemm(enc, &layer.up, x, gu_at(inter), t)?;
+            ks.silu_mul(enc, &b.gu, &b.act, t, inter);
+            ks.gemm(
+                enc,
+                &layer.down,
+                Rows::new(&b.act, c.intermediate),
+                Rows::new(&b.delta, c.hidden),
+                t,
+            )?;
+        }
+        ks.rms_norm(
+            enc,
+            Rows::new(&b.delta, c.hidden),
+            &self.final_norm,
+            Some(&b.h),
+            Some(&b.logits_rows),
+            eps,
+            n_rows,
+            hidden,
+            &b.xf,
+        );
+        ks.gemm(
+            enc,
+            self.lm_head(),
+            Rows::new(&b.xf, c.hidden),
+            Rows::new(&b.logits, c.vocab),
+            n_rows,
+        )?;
+        ks.argmax(enc, &b.logits, c.vocab as u32, n_rows, &b.sampled);
+        Ok(())
+    }
+}

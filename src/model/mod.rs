@@ -1,0 +1,44 @@
+//! Model loading: configuration (GGUF metadata or config.json), tensors (GGUF or
+//! safetensors, memory-mapped), and the Llama forward pass on the GPU.
+
+pub mod config;
+pub mod gguf;
+pub mod llama;
+pub mod safetensors;
+pub mod source;
+
+pub use config::ModelConfig;
+pub use llama::LlamaModel;
+pub use source::{ModelFiles, RawTensor};
+
+/// Everything that can go wrong reading a model.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("cannot read {0}: {1}")]
+    Io(String, std::io::Error),
+    #[error("corrupt model file: {0}")]
+    Corrupt(String),
+    #[error("model file is missing tensor {0:?}")]
+    MissingTensor(String),
+    #[error("tensor {name} has shape {got:?}, but the config implies {want:?}")]
+    Shape {
+        name: String,
+        got: Vec<usize>,
+        want: Vec<usize>,
+    },
+    #[error(
+        "tensor {name} has type {ty}, which wllm cannot read; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1 \
+         (re-quantise the model to one of these)"
+    )]
+    UnsupportedType { name: String, ty: String },
+    #[error("unsupported architecture {0:?}: wllm runs the Llama family (llama, mistral-style dense models)")]
+    UnsupportedArch(String),
+    #[error("bad model config: {0}")]
+    Config(String),
+    #[error("{0:?} is neither a .gguf file nor a directory with config.json and safetensors")]
+    UnknownFormat(std::path::PathBuf),
+    #[error(transparent)]
+    Format(#[from] crate::quant::FormatError),
+    #[error(transparent)]
+    Gpu(#[from] crate::gpu::GpuError),
+}

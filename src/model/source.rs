@@ -1,0 +1,159 @@
+//! Where a model's tensors, config and tokenizer come from: one GGUF file or a
+//! Hugging Face directory. Tensors are named with GGUF's names throughout.
+
+use std::path::{Path, PathBuf};
+
+use super::gguf::GgufFile;
+use super::safetensors::SafetensorsDir;
+use super::{ModelConfig, ModelError};
+use crate::quant::WeightFormat;
+
+/// A tensor as stored: `rows` x `cols` (cols contiguous; 1-D tensors have rows = 1).
+pub struct RawTensor<'a> {
+    pub name: String,
+    pub format: WeightFormat,
+    pub rows: usize,
+    pub cols: usize,
+    pub bytes: &'a [u8],
+}
+
+/// An opened model.
+pub enum ModelFiles {
+    Gguf { path: PathBuf, file: GgufFile },
+    Hf { dir: PathBuf, st: SafetensorsDir },
+}
+
+/// The Hugging Face name of a GGUF tensor name.
+fn hf_name(gguf: &str) -> String {
+    let fixed = [
+        ("token_embd.weight", "model.embed_tokens.weight"),
+        ("output_norm.weight", "model.norm.weight"),
+        ("output.weight", "lm_head.weight"),
+    ];
+    if let Some((_, h)) = fixed.iter().find(|(g, _)| *g == gguf) {
+        return h.to_string();
+    }
+    let per_layer = [
+        ("attn_norm", "input_layernorm"),
+        ("attn_q", "self_attn.q_proj"),
+        ("attn_k", "self_attn.k_proj"),
+        ("attn_v", "self_attn.v_proj"),
+        ("attn_output", "self_attn.o_proj"),
+        ("ffn_norm", "post_attention_layernorm"),
+        ("ffn_gate", "mlp.gate_proj"),
+        ("ffn_up", "mlp.up_proj"),
+        ("ffn_down", "mlp.down_proj"),
+    ];
+    if let Some(rest) = gguf.strip_prefix("blk.") {
+        let mut it = rest.splitn(2, '.');
+        if let (Some(layer), Some(tail)) = (it.next(), it.next()) {
+            for (g, h) in per_layer {
+                if tail == format!("{g}.weight") {
+                    return format!("model.layers.{layer}.{h}.weight");
+                }
+            }
+        }
+    }
+    gguf.to_string()
+}
+
+impl ModelFiles {
+    /// Opens a `.gguf` file or a Hugging Face directory.
+    pub fn open(path: &Path) -> Result<Self, ModelError> {
+        if path.is_dir() {
+            if !path.join("config.json").exists() {
+                return Err(ModelError::UnknownFormat(path.to_path_buf()));
+            }
+            Ok(Self::Hf {
+                dir: path.to_path_buf(),
+                st: SafetensorsDir::open(path)?,
+            })
+        } else if path.exists() {
+            Ok(Self::Gguf {
+                path: path.to_path_buf(),
+                file: GgufFile::open(path)?,
+            })
+        } else {
+            Err(ModelError::Io(
+                path.display().to_string(),
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory"),
+            ))
+        }
+    }
+
+    pub fn config(&self) -> Result<ModelConfig, ModelError> {
+        match self {
+            Self::Gguf { file, .. } => ModelConfig::from_gguf(file),
+            Self::Hf { dir, .. } => {
+                let p = dir.join("config.json");
+                let text = std::fs::read_to_string(&p).map_err(|e| ModelError::Io(p.display().to_string(), e))?;
+                ModelConfig::from_hf_json(&text)
+            }
+        }
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        match self {
+            Self::Gguf { file, .. } => file.tensors.contains_key(name),
+            Self::Hf { st, .. } => st.tensors.contains_key(&hf_name(name)),
+        }
+    }
+
+    /// The tensor named `name` (GGUF naming).
+    pub fn tensor(&self, name: &str) -> Result<RawTensor<'_>, ModelError> {
+        match self {
+            Self::Gguf { file, .. } => {
+                let t = file
+                    .tensors
+                    .get(name)
+                    .ok_or_else(|| ModelError::MissingTensor(name.into()))?;
+                let format = WeightFormat::from_ggml_type(t.ggml_type).ok_or_else(|| ModelError::UnsupportedType {
+                    name: name.into(),
+                    ty: ggml_type_name(t.ggml_type),
+                })?;
+                let cols = t.dims[0] as usize;
+                let rows = t.dims[1..].iter().product::<u64>() as usize;
+                Ok(RawTensor {
+                    name: name.into(),
+                    format,
+                    rows,
+                    cols,
+                    bytes: file.bytes(t),
+                })
+            }
+            Self::Hf { st, .. } => {
+                let hn = hf_name(name);
+                let t = st.tensors.get(&hn).ok_or(ModelError::MissingTensor(hn.clone()))?;
+                let cols = t.shape.last().copied().unwrap_or(1);
+                let rows = t.shape.iter().rev().skip(1).product::<usize>();
+                Ok(RawTensor {
+                    name: hn,
+                    format: t.format,
+                    rows,
+                    cols,
+                    bytes: st.bytes(t),
+                })
+            }
+        }
+    }
+
+    /// Where this model was opened from.
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Gguf { path, .. } => path,
+            Self::Hf { dir, .. } => dir,
+        }
+    }
+}
+
+/// ggml's name of a type id, for error messages.
+pub fn ggml_type_name(t: u32) -> String {
+    let names = [
+        "F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+        "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16",
+        "I32", "I64", "F64", "IQ1_M", "BF16",
+    ];
+    names
+        .get(t as usize)
+        .map_or(format!("ggml type {t}"), |s| s.to_string())
+}

@@ -1,0 +1,271 @@
+//! Tokenizer (the `tokenizers` crate) from tokenizer.json or from GGUF metadata,
+//! the chat template (minijinja), and incremental detokenisation that never
+//! emits half a UTF-8 character.
+
+use std::path::Path;
+
+use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::models::bpe::BPE;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
+
+use crate::model::gguf::{GgufFile, Value};
+
+/// Tokenizer errors.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    #[error("tokenizer: {0}")]
+    Build(String),
+    #[error("tokenizer: cannot encode: {0}")]
+    Encode(String),
+    #[error("chat template: {0}")]
+    Template(String),
+    #[error("this model has no chat template; run without --chat or use a model that has one")]
+    NoTemplate,
+}
+
+/// One chat message.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: &str, content: &str) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// Text ↔ token ids for one model.
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    pub bos_id: Option<u32>,
+    pub add_bos: bool,
+    /// Tokens that end generation (EOS and any others the model declares).
+    pub eos_ids: Vec<u32>,
+    pub chat_template: Option<String>,
+    bos_token: String,
+    eos_token: String,
+}
+
+const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+fn build_err(e: impl std::fmt::Display) -> TokenizerError {
+    TokenizerError::Build(e.to_string())
+}
+
+impl Tokenizer {
+    /// Builds the GPT-2 style BPE tokenizer that GGUF metadata describes.
+    pub fn from_gguf(g: &GgufFile) -> Result<Self, TokenizerError> {
+        let s = |k: &str| g.get(k).and_then(Value::as_str).map(String::from);
+        let u = |k: &str| g.get(k).and_then(Value::as_u64).map(|v| v as u32);
+        let model = s("tokenizer.ggml.model").unwrap_or_default();
+        if model != "gpt2" {
+            return Err(TokenizerError::Build(format!(
+                "GGUF tokenizer model {model:?} is not supported (only BPE \"gpt2\"); load the Hugging Face \
+                 directory with its tokenizer.json instead"
+            )));
+        }
+        let arr = |k: &str| {
+            g.get(k)
+                .and_then(Value::as_array)
+                .ok_or_else(|| build_err(format!("GGUF lacks {k}")))
+        };
+        let tokens: Vec<String> = arr("tokenizer.ggml.tokens")?
+            .iter()
+            .map(|v| v.as_str().unwrap_or_default().to_string())
+            .collect();
+        let types: Vec<u64> = match g.get("tokenizer.ggml.token_type").and_then(Value::as_array) {
+            Some(a) => a.iter().map(|v| v.as_u64().unwrap_or(1)).collect(),
+            None => vec![1; tokens.len()],
+        };
+        let merges: Vec<(String, String)> = arr("tokenizer.ggml.merges")?
+            .iter()
+            .filter_map(|v| v.as_str())
+            .filter_map(|m| m.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())))
+            .collect();
+        let vocab: tokenizers::models::bpe::Vocab =
+            tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .build()
+            .map_err(build_err)?;
+        let mut inner = tokenizers::Tokenizer::new(bpe);
+        let byte_level = ByteLevel::new(false, false, true);
+        let pre = s("tokenizer.ggml.pre").unwrap_or_else(|| "default".into());
+        let pre_tok: PreTokenizerWrapper = match pre.as_str() {
+            "smollm" => Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into(),
+            "llama-bpe" | "llama3" | "smaug-bpe" => {
+                let split = Split::new(
+                    SplitPattern::Regex(LLAMA3_REGEX.into()),
+                    SplitDelimiterBehavior::Isolated,
+                    false,
+                )
+                .map_err(build_err)?;
+                Sequence::new(vec![split.into(), ByteLevel::new(false, false, false).into()]).into()
+            }
+            _ => byte_level.into(),
+        };
+        inner.with_pre_tokenizer(Some(pre_tok));
+        inner.with_decoder(Some(ByteLevelDecoder::default()));
+        let mut added = Vec::new();
+        for (i, t) in tokens.iter().enumerate() {
+            match types.get(i) {
+                Some(3) => added.push(AddedToken::from(t.clone(), true)),
+                Some(4) => added.push(AddedToken::from(t.clone(), false)),
+                _ => {}
+            }
+        }
+        inner.add_special_tokens(&added);
+        let bos_id = u("tokenizer.ggml.bos_token_id");
+        let eos_id = u("tokenizer.ggml.eos_token_id");
+        let mut eos_ids: Vec<u32> = eos_id.into_iter().collect();
+        if let Some(e) = u("tokenizer.ggml.eot_token_id").filter(|e| !eos_ids.contains(e)) {
+            eos_ids.push(e);
+        }
+        let name = |id: Option<u32>| id.and_then(|i| tokens.get(i as usize).cloned()).unwrap_or_default();
+        Ok(Self {
+            inner,
+            bos_id,
+            add_bos: g
+                .get("tokenizer.ggml.add_bos_token")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            eos_ids,
+            chat_template: s("tokenizer.chat_template"),
+            bos_token: name(bos_id),
+            eos_token: name(eos_id),
+        })
+    }
+
+    /// Loads tokenizer.json, tokenizer_config.json and generation_config.json of a directory.
+    pub fn from_hf_dir(dir: &Path) -> Result<Self, TokenizerError> {
+        let inner = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json"))
+            .map_err(|e| build_err(format!("{}: {e}", dir.join("tokenizer.json").display())))?;
+        let read_json = |f: &str| -> serde_json::Value {
+            std::fs::read_to_string(dir.join(f))
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or_default()
+        };
+        let tc = read_json("tokenizer_config.json");
+        let gc = read_json("generation_config.json");
+        let tok_str = |v: &serde_json::Value| -> Option<String> {
+            v.as_str()
+                .map(String::from)
+                .or_else(|| v["content"].as_str().map(String::from))
+        };
+        let bos_token = tok_str(&tc["bos_token"]).unwrap_or_default();
+        let eos_token = tok_str(&tc["eos_token"]).unwrap_or_default();
+        let mut eos_ids: Vec<u32> = match &gc["eos_token_id"] {
+            serde_json::Value::Array(a) => a.iter().filter_map(|v| v.as_u64().map(|x| x as u32)).collect(),
+            v => v.as_u64().map(|x| x as u32).into_iter().collect(),
+        };
+        if let Some(id) = inner.token_to_id(&eos_token).filter(|id| !eos_ids.contains(id)) {
+            eos_ids.push(id);
+        }
+        let bos_id = inner.token_to_id(&bos_token);
+        Ok(Self {
+            add_bos: tc["add_bos_token"].as_bool().unwrap_or(false) && bos_id.is_some(),
+            bos_id,
+            eos_ids,
+            chat_template: tc["chat_template"].as_str().map(String::from),
+            bos_token,
+            eos_token,
+            inner,
+        })
+    }
+
+    /// Token ids of `text`, special tokens parsed, BOS added when the model asks for it.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        let enc = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+        let mut ids = Vec::with_capacity(enc.len() + 1);
+        if self.add_bos
+            && let Some(b) = self.bos_id
+        {
+            ids.push(b);
+        }
+        ids.extend_from_slice(enc.get_ids());
+        Ok(ids)
+    }
+
+    /// Text of `ids` (special tokens included).
+    pub fn decode(&self, ids: &[u32]) -> String {
+        self.inner.decode(ids, false).unwrap_or_default()
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// The string a token id stands for, if any.
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// Renders the chat template for `messages` with the generation prompt added.
+    pub fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String, TokenizerError> {
+        let tpl = self.chat_template.as_ref().ok_or(TokenizerError::NoTemplate)?;
+        let mut env = minijinja::Environment::new();
+        minijinja_contrib::add_to_environment(&mut env);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+        });
+        env.add_template("chat", tpl)
+            .map_err(|e| TokenizerError::Template(e.to_string()))?;
+        let t = env
+            .get_template("chat")
+            .map_err(|e| TokenizerError::Template(e.to_string()))?;
+        t.render(minijinja::context! {
+            messages => messages,
+            add_generation_prompt => true,
+            bos_token => self.bos_token,
+            eos_token => self.eos_token,
+        })
+        .map_err(|e| TokenizerError::Template(e.to_string()))
+    }
+}
+
+/// Turns a growing list of token ids into text deltas, holding back bytes that do
+/// not yet form whole UTF-8 characters (the prefix/read offset method).
+#[derive(Clone, Debug, Default)]
+pub struct IncrementalDecoder {
+    prefix_offset: usize,
+    read_offset: usize,
+}
+
+impl IncrementalDecoder {
+    /// Starts after `prompt_len` prompt tokens that are never emitted.
+    pub fn new(prompt_len: usize) -> Self {
+        Self {
+            prefix_offset: prompt_len.saturating_sub(5),
+            read_offset: prompt_len,
+        }
+    }
+
+    /// The new text once `ids` (all tokens so far) has grown; empty while a
+    /// character is incomplete.
+    pub fn step(&mut self, tok: &Tokenizer, ids: &[u32]) -> String {
+        let prefix = tok.decode(&ids[self.prefix_offset..self.read_offset]);
+        let full = tok.decode(&ids[self.prefix_offset..]);
+        if full.len() > prefix.len() && !full.ends_with('\u{FFFD}') && full.is_char_boundary(prefix.len()) {
+            let delta = full[prefix.len()..].to_string();
+            self.prefix_offset = self.read_offset;
+            self.read_offset = ids.len();
+            delta
+        } else {
+            String::new()
+        }
+    }
+}
