@@ -1,6 +1,20 @@
 //! The engine: sequences, block manager, scheduler, model runner, and the step
 //! loop (schedule → run → postprocess).
 
+pub mod block_manager;
+pub mod config;
+pub mod engine;
+mod error;
+pub mod llm_engine;
 pub mod model_runner;
+pub mod scheduler;
+pub mod sequence;
 
+pub use block_manager::{BlockManager, BlockTable};
+pub use config::{EngineConfig, KvPlan};
+pub use engine::{BlockStats, CompletedRequest, Engine, RequestStream};
+pub use error::EngineError;
+pub use llm_engine::{LlmEngine, Prompt, RequestMetrics, RequestOutput};
 pub use model_runner::{ModelRunner, SeqChunk, StepResult};
+pub use scheduler::{Scheduler, SchedulerConfig, SchedulerOutput};
+pub use sequence::{FinishReason, SeqId, SeqStatus, Sequence};

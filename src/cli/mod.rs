@@ -1,0 +1,162 @@
+//! Subcommands of the binary, and the engine flags they share.
+
+pub mod chat;
+pub mod generate;
+pub mod info;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use wllm::EngineConfig;
+
+/// The engine's settings, on every subcommand that starts an engine.
+#[derive(Args, Clone, Debug, Default)]
+pub struct EngineArgs {
+    /// A .gguf file or a Hugging Face directory (default: SmolLM2-135M-Instruct, fetched when missing).
+    #[arg(long, global = true)]
+    pub model: Option<PathBuf>,
+    /// Substring of the adapter name to use (also WLLM_ADAPTER).
+    #[arg(long, global = true)]
+    pub adapter: Option<String>,
+    /// Bytes of GPU memory for the KV cache pool (default 512 MiB, within the adapter's limits).
+    #[arg(long, global = true)]
+    pub kv_cache_memory: Option<u64>,
+    /// Tokens per KV block.
+    #[arg(long, global = true, default_value_t = 16)]
+    pub block_size: usize,
+    /// Token budget of one engine step (longer prompts are prefilled in chunks of this size).
+    #[arg(long, global = true, default_value_t = 512)]
+    pub max_num_batched_tokens: usize,
+    /// Most sequences in one step.
+    #[arg(long, global = true, default_value_t = 64)]
+    pub max_num_seqs: usize,
+    /// Longest prompt + output (default: the model's context, capped by the KV pool).
+    #[arg(long, global = true)]
+    pub max_model_len: Option<usize>,
+    /// Turn automatic prefix caching off.
+    #[arg(long, global = true)]
+    pub no_prefix_caching: bool,
+}
+
+impl EngineArgs {
+    /// The model path, fetching the default model when none was given and it is missing.
+    pub fn model_path(&self) -> anyhow::Result<PathBuf> {
+        if let Some(p) = &self.model {
+            return Ok(p.clone());
+        }
+        let p = wllm::default_model_path();
+        if !p.exists() {
+            let script = p.parent().map(|d| d.join("fetch.sh")).unwrap_or_default();
+            if !script.exists() {
+                bail!("no --model given and the default model is missing; pass --model PATH");
+            }
+            eprintln!("fetching the default model with {} ...", script.display());
+            let status = std::process::Command::new("bash")
+                .arg(&script)
+                .status()
+                .context("running fetch.sh")?;
+            if !status.success() || !p.exists() {
+                bail!(
+                    "fetching the default model failed; run {} by hand or pass --model PATH",
+                    script.display()
+                );
+            }
+        }
+        Ok(p)
+    }
+
+    pub fn config(&self) -> anyhow::Result<EngineConfig> {
+        Ok(EngineConfig {
+            model: self.model_path()?,
+            adapter: self.adapter.clone(),
+            kv_cache_memory: self.kv_cache_memory,
+            block_size: self.block_size,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            max_num_seqs: self.max_num_seqs,
+            max_model_len: self.max_model_len,
+            enable_prefix_caching: !self.no_prefix_caching,
+        })
+    }
+
+    /// Starts an engine and prints what it runs on.
+    pub fn start(&self) -> anyhow::Result<wllm::Engine> {
+        let cfg = self.config()?;
+        let t0 = std::time::Instant::now();
+        let engine =
+            wllm::Engine::new(&cfg).with_context(|| format!("starting the engine on {}", cfg.model.display()))?;
+        eprintln!("adapter: {}", engine.adapter());
+        eprintln!("{}", engine.kv_plan().describe());
+        eprintln!("loaded {} in {:.1} s", cfg.model.display(), t0.elapsed().as_secs_f64());
+        Ok(engine)
+    }
+}
+
+/// Sampling flags shared by generate and chat.
+#[derive(Args, Clone, Debug)]
+pub struct SamplingArgs {
+    /// Most tokens to generate (default: up to the context).
+    #[arg(long)]
+    pub max_tokens: Option<usize>,
+    /// 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// 0 disables.
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Stop string (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+    #[arg(long)]
+    pub ignore_eos: bool,
+}
+
+impl Default for SamplingArgs {
+    fn default() -> Self {
+        Self {
+            max_tokens: None,
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            seed: None,
+            stop: Vec::new(),
+            ignore_eos: false,
+        }
+    }
+}
+
+impl SamplingArgs {
+    pub fn params(&self) -> wllm::SamplingParams {
+        wllm::SamplingParams {
+            max_tokens: self.max_tokens,
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repetition_penalty: self.repetition_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            seed: self.seed,
+            stop: self.stop.clone(),
+            stop_token_ids: Vec::new(),
+            ignore_eos: self.ignore_eos,
+            logprobs: None,
+        }
+    }
+}

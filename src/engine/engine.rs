@@ -1,0 +1,370 @@
+//! Engine: the handle apps embed. It is Send + Sync + Clone; the step loop of an
+//! `LlmEngine` runs on its own thread; `generate` returns a `RequestStream` of
+//! incremental outputs, usable as a blocking iterator and as a `futures` Stream.
+//! Dropping the stream aborts the request and frees its blocks.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::task::{Context, Poll};
+
+use tokio::sync::mpsc as tmpsc;
+
+use super::llm_engine::{LlmEngine, Prompt, RequestMetrics, RequestOutput, validate_request};
+use super::{EngineConfig, EngineError, FinishReason, KvPlan, SeqId};
+use crate::metrics::Metrics;
+use crate::model::ModelConfig;
+use crate::sampling::{SampledLogprobs, SamplingParams};
+use crate::tokenizer::Tokenizer;
+
+type Item = Result<RequestOutput, EngineError>;
+
+enum Command {
+    Add {
+        id: SeqId,
+        prompt: Vec<u32>,
+        params: SamplingParams,
+        out: tmpsc::UnboundedSender<Item>,
+    },
+    Abort(SeqId),
+    Metrics(mpsc::Sender<Metrics>),
+    BlockStats(mpsc::Sender<BlockStats>),
+    ResetPrefixCache(mpsc::Sender<()>),
+    Shutdown,
+}
+
+/// The block pool as the engine thread sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockStats {
+    pub num_blocks: usize,
+    pub num_free: usize,
+    pub num_live_sequences: usize,
+    /// `Err` describes a broken invariant (a block owned twice, a ref count off).
+    pub consistent: Result<(), String>,
+}
+
+struct Inner {
+    tx: Mutex<mpsc::Sender<Command>>,
+    next_id: AtomicU64,
+    tokenizer: Arc<Tokenizer>,
+    model_config: ModelConfig,
+    plan: KvPlan,
+    adapter: String,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Ok(tx) = self.tx.lock() {
+            let _ = tx.send(Command::Shutdown);
+        }
+        if let Some(t) = self.thread.lock().ok().and_then(|mut t| t.take()) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A running engine. Cloning shares it; the last clone dropped stops its thread.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+impl Engine {
+    /// Loads the model and starts the step loop.
+    pub fn new(cfg: &EngineConfig) -> Result<Self, EngineError> {
+        Ok(Self::from_core(LlmEngine::new(cfg)?))
+    }
+
+    /// Starts the step loop around an engine core.
+    pub fn from_core(core: LlmEngine) -> Self {
+        let (tx, rx) = mpsc::channel();
+        let tokenizer = core.tokenizer.clone();
+        let model_config = core.model_config.clone();
+        let plan = core.plan.clone();
+        let adapter = core.runner.kernels.ctx.describe();
+        let thread = std::thread::Builder::new()
+            .name("wllm-engine".into())
+            .spawn(move || run_loop(core, rx))
+            .expect("spawn the engine thread");
+        Self {
+            inner: Arc::new(Inner {
+                tx: Mutex::new(tx),
+                next_id: AtomicU64::new(0),
+                tokenizer,
+                model_config,
+                plan,
+                adapter,
+                thread: Mutex::new(Some(thread)),
+            }),
+        }
+    }
+
+    fn send(&self, c: Command) -> Result<(), EngineError> {
+        self.inner
+            .tx
+            .lock()
+            .map_err(|_| EngineError::Stopped)?
+            .send(c)
+            .map_err(|_| EngineError::Stopped)
+    }
+
+    pub fn tokenizer(&self) -> &Arc<Tokenizer> {
+        &self.inner.tokenizer
+    }
+
+    pub fn model_config(&self) -> &ModelConfig {
+        &self.inner.model_config
+    }
+
+    pub fn kv_plan(&self) -> &KvPlan {
+        &self.inner.plan
+    }
+
+    /// The adapter the engine runs on.
+    pub fn adapter(&self) -> &str {
+        &self.inner.adapter
+    }
+
+    /// Token ids of a prompt (chat prompts through the template).
+    pub fn tokenize(&self, prompt: &Prompt) -> Result<Vec<u32>, EngineError> {
+        let t = &self.inner.tokenizer;
+        Ok(match prompt {
+            Prompt::Text(s) => t.encode(s)?,
+            Prompt::Chat(m) => t.encode(&t.apply_chat_template(m)?)?,
+            Prompt::Tokens(v) => v.clone(),
+        })
+    }
+
+    /// Starts a request. Errors (bad parameters, prompt too long) come back here.
+    pub fn generate(&self, prompt: Prompt, params: SamplingParams) -> Result<RequestStream, EngineError> {
+        let ids = self.tokenize(&prompt)?;
+        validate_request(
+            &ids,
+            &params,
+            self.inner.model_config.vocab,
+            self.inner.plan.max_model_len,
+        )?;
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let (out, rx) = tmpsc::unbounded_channel();
+        let prompt_token_ids = ids.clone();
+        self.send(Command::Add {
+            id,
+            prompt: ids,
+            params,
+            out,
+        })?;
+        Ok(RequestStream {
+            id,
+            rx,
+            engine: self.clone(),
+            done: false,
+            prompt_token_ids,
+        })
+    }
+
+    /// Aborts a request by id.
+    pub fn abort(&self, id: SeqId) {
+        let _ = self.send(Command::Abort(id));
+    }
+
+    /// A snapshot of the engine's metrics.
+    pub fn metrics(&self) -> Result<Metrics, EngineError> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Command::Metrics(tx))?;
+        rx.recv().map_err(|_| EngineError::Stopped)
+    }
+
+    /// The block pool's state and invariants (after the engine's next loop turn).
+    pub fn block_stats(&self) -> Result<BlockStats, EngineError> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Command::BlockStats(tx))?;
+        rx.recv().map_err(|_| EngineError::Stopped)
+    }
+
+    /// Empties the prefix cache of blocks no sequence holds.
+    pub fn reset_prefix_cache(&self) -> Result<(), EngineError> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Command::ResetPrefixCache(tx))?;
+        rx.recv().map_err(|_| EngineError::Stopped)
+    }
+}
+
+fn run_loop(mut core: LlmEngine, rx: mpsc::Receiver<Command>) {
+    let mut streams: HashMap<SeqId, tmpsc::UnboundedSender<Item>> = HashMap::new();
+    loop {
+        // Wait for work when idle; otherwise take whatever has arrived.
+        let first = if core.has_unfinished() {
+            None
+        } else {
+            match rx.recv() {
+                Ok(c) => Some(c),
+                Err(_) => return,
+            }
+        };
+        for cmd in first.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok())) {
+            match cmd {
+                Command::Add {
+                    id,
+                    prompt,
+                    params,
+                    out,
+                } => match core.add_request_with_id(id, prompt, params) {
+                    Ok(()) => {
+                        streams.insert(id, out);
+                    }
+                    Err(e) => {
+                        let _ = out.send(Err(e));
+                    }
+                },
+                Command::Abort(id) => {
+                    core.abort(id);
+                    streams.remove(&id);
+                }
+                Command::Metrics(tx) => {
+                    let _ = tx.send(core.metrics.clone());
+                }
+                Command::BlockStats(tx) => {
+                    let b = &core.scheduler.blocks;
+                    let _ = tx.send(BlockStats {
+                        num_blocks: b.num_blocks(),
+                        num_free: b.num_free_blocks(),
+                        num_live_sequences: core.scheduler.seqs.len(),
+                        consistent: core.check_blocks(),
+                    });
+                }
+                Command::ResetPrefixCache(tx) => {
+                    core.reset_prefix_cache();
+                    let _ = tx.send(());
+                }
+                Command::Shutdown => return,
+            }
+        }
+        if !core.has_unfinished() {
+            continue;
+        }
+        match core.step() {
+            Ok(outputs) => {
+                for o in outputs {
+                    let (id, done) = (o.id, o.finish_reason.is_some());
+                    let delivered = streams.get(&id).is_some_and(|s| s.send(Ok(o)).is_ok());
+                    if done || !delivered {
+                        streams.remove(&id);
+                        if !done {
+                            core.abort(id);
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                // A failed step fails every live request; the engine keeps serving new ones.
+                let msg = e.to_string();
+                let ids: Vec<SeqId> = streams.keys().copied().collect();
+                for id in ids {
+                    core.abort(id);
+                    if let Some(s) = streams.remove(&id) {
+                        let _ = s.send(Err(EngineError::Step(msg.clone())));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The outputs of one request. Iterate (blocking) or poll as a `Stream`; the
+/// blocking iterator must not be used from inside an async runtime.
+pub struct RequestStream {
+    id: SeqId,
+    rx: tmpsc::UnboundedReceiver<Item>,
+    engine: Engine,
+    done: bool,
+    prompt_token_ids: Vec<u32>,
+}
+
+/// A whole request's result, gathered from its stream.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct CompletedRequest {
+    pub prompt_token_ids: Vec<u32>,
+    pub token_ids: Vec<u32>,
+    pub text: String,
+    pub finish_reason: Option<FinishReason>,
+    pub logprobs: Vec<SampledLogprobs>,
+    pub metrics: Option<RequestMetrics>,
+}
+
+impl RequestStream {
+    pub fn id(&self) -> SeqId {
+        self.id
+    }
+
+    pub fn prompt_token_ids(&self) -> &[u32] {
+        &self.prompt_token_ids
+    }
+
+    fn note(&mut self, item: &Option<Item>) {
+        match item {
+            Some(Ok(o)) if o.finish_reason.is_none() => {}
+            _ => self.done = true,
+        }
+    }
+
+    /// Blocks until the request finishes and returns everything it produced.
+    pub fn collect_all(mut self) -> Result<CompletedRequest, EngineError> {
+        let mut c = CompletedRequest {
+            prompt_token_ids: std::mem::take(&mut self.prompt_token_ids),
+            ..Default::default()
+        };
+        for item in self.by_ref() {
+            let o = item?;
+            c.text.push_str(&o.text);
+            c.token_ids.extend(o.token_ids);
+            c.logprobs.extend(o.logprobs);
+            if o.finish_reason.is_some() {
+                c.finish_reason = o.finish_reason;
+                c.metrics = o.metrics;
+            }
+        }
+        Ok(c)
+    }
+}
+
+impl Iterator for RequestStream {
+    type Item = Item;
+    fn next(&mut self) -> Option<Item> {
+        if self.done {
+            return None;
+        }
+        let item = self.rx.blocking_recv();
+        self.note(&item);
+        item
+    }
+}
+
+impl futures_core::Stream for RequestStream {
+    type Item = Item;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let p = self.rx.poll_recv(cx);
+        if let Poll::Ready(item) = &p {
+            let item = item.as_ref().map(|r| r.as_ref().map(|_| ()).map_err(|_| ()));
+            self.done = !matches!(item, Some(Ok(()))) || self.done;
+        }
+        if let Poll::Ready(Some(Ok(o))) = &p
+            && o.finish_reason.is_some()
+        {
+            self.done = true;
+        }
+        p
+    }
+}
+
+impl Drop for RequestStream {
+    fn drop(&mut self) {
+        if !self.done {
+            self.engine.abort(self.id);
+        }
+    }
+}

@@ -1,0 +1,434 @@
+//! LlmEngine: the synchronous engine core. `step()` is schedule → run →
+//! postprocess: the scheduler picks the step's work, the model runner computes
+//! it in one submission, and postprocessing appends tokens, applies stop
+//! conditions, frees finished sequences' blocks, records metrics and produces
+//! incremental outputs. `Engine` (engine.rs) runs it on its own thread.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::config::{EngineConfig, KvPlan};
+use super::model_runner::{ModelRunner, SeqChunk};
+use super::scheduler::{Scheduler, SchedulerConfig};
+use super::sequence::{FinishReason, SeqId, SeqStatus, Sequence};
+use super::{BlockManager, EngineError};
+use crate::gpu::{GpuContext, GpuOptions};
+use crate::kernels::Kernels;
+use crate::metrics::Metrics;
+use crate::model::{LlamaModel, ModelConfig, ModelFiles};
+use crate::sampling::{self, SampledLogprobs, SamplingParams};
+use crate::tokenizer::{ChatMessage, Tokenizer};
+
+/// What to complete.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Prompt {
+    /// Raw text (special tokens parsed).
+    Text(String),
+    /// Messages rendered with the model's chat template, generation prompt added.
+    Chat(Vec<ChatMessage>),
+    /// Token ids as they are.
+    Tokens(Vec<u32>),
+}
+
+/// Per-request timings, in seconds, given with the last output.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct RequestMetrics {
+    pub queue_time: f64,
+    pub time_to_first_token: f64,
+    pub prefill_time: f64,
+    pub decode_time: f64,
+    pub e2e_latency: f64,
+    pub num_prompt_tokens: usize,
+    pub num_output_tokens: usize,
+    pub num_cached_tokens: usize,
+    pub num_preemptions: usize,
+}
+
+/// One incremental output of a request.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct RequestOutput {
+    pub id: SeqId,
+    /// New text since the previous output (never half a character or half a stop string).
+    pub text: String,
+    /// New token ids since the previous output.
+    pub token_ids: Vec<u32>,
+    /// One entry per new token when logprobs were asked for.
+    pub logprobs: Vec<SampledLogprobs>,
+    pub finish_reason: Option<FinishReason>,
+    pub num_prompt_tokens: usize,
+    /// Set on the last output.
+    pub metrics: Option<RequestMetrics>,
+}
+
+/// The engine core.
+pub struct LlmEngine {
+    pub tokenizer: Arc<Tokenizer>,
+    pub model_config: ModelConfig,
+    pub plan: KvPlan,
+    pub runner: ModelRunner,
+    pub scheduler: Scheduler,
+    pub metrics: Metrics,
+    next_id: SeqId,
+    static_bytes: u64,
+}
+
+impl LlmEngine {
+    /// Opens the adapter, loads the model and tokenizer, sizes the KV pool.
+    pub fn new(cfg: &EngineConfig) -> Result<Self, EngineError> {
+        let ctx = GpuContext::new(&GpuOptions {
+            adapter: cfg.adapter.clone(),
+        })?;
+        Self::with_context(&ctx, cfg)
+    }
+
+    /// As `new`, on an already opened device.
+    pub fn with_context(ctx: &GpuContext, cfg: &EngineConfig) -> Result<Self, EngineError> {
+        let files = ModelFiles::open(&cfg.model)?;
+        let model_config = files.config()?;
+        let tokenizer = match &files {
+            ModelFiles::Gguf { file, .. } => Tokenizer::from_gguf(file)?,
+            ModelFiles::Hf { dir, .. } => Tokenizer::from_hf_dir(dir)?,
+        };
+        let plan = KvPlan::new(
+            model_config.kv_bytes_per_token(),
+            model_config.layers,
+            cfg.block_size,
+            cfg.kv_cache_memory,
+            ctx.max_binding(),
+            model_config.max_context,
+            cfg.max_model_len,
+        )
+        .map_err(EngineError::Config)?;
+        if cfg.max_num_batched_tokens == 0 || cfg.max_num_seqs == 0 {
+            return Err(EngineError::Config(
+                "--max-num-batched-tokens and --max-num-seqs must be at least 1".into(),
+            ));
+        }
+        let kernels = Kernels::new(ctx)?;
+        let model = LlamaModel::load(&kernels, &files, &model_config)?;
+        let runner = ModelRunner::new(
+            kernels,
+            model,
+            plan.num_blocks,
+            plan.block_size,
+            cfg.max_num_batched_tokens,
+            cfg.max_num_seqs,
+            plan.max_model_len,
+        )?;
+        let sched_cfg = SchedulerConfig {
+            max_num_batched_tokens: cfg.max_num_batched_tokens,
+            max_num_seqs: cfg.max_num_seqs,
+            max_model_len: plan.max_model_len,
+        };
+        let blocks = BlockManager::new(plan.num_blocks, plan.block_size, cfg.enable_prefix_caching);
+        let static_bytes = runner.model.weight_bytes + runner.bufs.bytes();
+        let mut me = Self {
+            tokenizer: Arc::new(tokenizer),
+            model_config,
+            plan,
+            scheduler: Scheduler::new(sched_cfg, blocks),
+            runner,
+            metrics: Metrics::default(),
+            next_id: 0,
+            static_bytes,
+        };
+        me.update_gauges();
+        Ok(me)
+    }
+
+    /// Token ids of a prompt.
+    pub fn tokenize(&self, prompt: &Prompt) -> Result<Vec<u32>, EngineError> {
+        Ok(match prompt {
+            Prompt::Text(t) => self.tokenizer.encode(t)?,
+            Prompt::Chat(m) => self.tokenizer.encode(&self.tokenizer.apply_chat_template(m)?)?,
+            Prompt::Tokens(t) => t.clone(),
+        })
+    }
+
+    /// Checks a request against the model and the pool; returns the total-token cap.
+    pub fn validate(&self, prompt: &[u32], params: &SamplingParams) -> Result<usize, EngineError> {
+        validate_request(prompt, params, self.model_config.vocab, self.plan.max_model_len)
+    }
+
+    /// Queues a tokenised request.
+    pub fn add_request(&mut self, prompt: Vec<u32>, params: SamplingParams) -> Result<SeqId, EngineError> {
+        let id = self.next_id;
+        self.add_request_with_id(id, prompt, params)?;
+        Ok(id)
+    }
+
+    /// Queues a tokenised request under an id the caller chose (unique, never reused).
+    pub fn add_request_with_id(
+        &mut self,
+        id: SeqId,
+        prompt: Vec<u32>,
+        params: SamplingParams,
+    ) -> Result<(), EngineError> {
+        let max_total = self.validate(&prompt, &params)?;
+        if self.scheduler.seqs.contains_key(&id) {
+            return Err(EngineError::InvalidRequest(format!(
+                "request id {id} is already in use"
+            )));
+        }
+        self.next_id = self.next_id.max(id + 1);
+        self.scheduler.add(Sequence::new(id, prompt, params, max_total));
+        Ok(())
+    }
+
+    pub fn has_unfinished(&self) -> bool {
+        self.scheduler.has_unfinished()
+    }
+
+    /// Aborts a request, freeing its blocks now.
+    pub fn abort(&mut self, id: SeqId) -> Option<RequestOutput> {
+        let mut seq = self.scheduler.finish(id)?;
+        seq.status = SeqStatus::Finished(FinishReason::Abort);
+        self.update_gauges();
+        Some(RequestOutput {
+            id,
+            finish_reason: Some(FinishReason::Abort),
+            num_prompt_tokens: seq.prompt_len,
+            metrics: Some(request_metrics(&seq, Instant::now())),
+            ..Default::default()
+        })
+    }
+
+    /// Runs one step and returns the outputs it produced.
+    pub fn step(&mut self) -> Result<Vec<RequestOutput>, EngineError> {
+        let plan = self.scheduler.schedule();
+        self.metrics.num_preemptions_total = self.scheduler.num_preemptions;
+        self.metrics.prefix_cache_queries_total = self.scheduler.prefix_queries;
+        self.metrics.prefix_cache_hits_total = self.scheduler.prefix_hits;
+        if plan.is_empty() {
+            self.update_gauges();
+            return Ok(Vec::new());
+        }
+        let mut want_logits = false;
+        let chunks: Vec<SeqChunk> = plan
+            .scheduled
+            .iter()
+            .map(|&(id, n)| {
+                let s = &self.scheduler.seqs[&id];
+                let sample = s.num_computed_tokens + n == s.num_tokens();
+                want_logits |= sample && s.params.needs_logits();
+                SeqChunk {
+                    token_ids: &s.token_ids,
+                    start: s.num_computed_tokens,
+                    len: n,
+                    block_table: &s.block_table.blocks,
+                    sample,
+                }
+            })
+            .collect();
+        let result = self.runner.execute(&chunks, want_logits)?;
+        drop(chunks);
+        self.metrics.num_steps_total += 1;
+        let now = Instant::now();
+        let vocab = self.model_config.vocab;
+        let mut outputs = Vec::new();
+        let mut finished = Vec::new();
+        let mut row = 0;
+        for &(id, n) in &plan.scheduled {
+            let sched = &mut self.scheduler;
+            let seq = sched.seqs.get_mut(&id).expect("scheduled sequence exists");
+            seq.num_computed_tokens += n;
+            sched
+                .blocks
+                .cache_full_blocks(&mut seq.block_table, &seq.token_ids, seq.num_computed_tokens);
+            if seq.num_computed_tokens != seq.num_tokens() {
+                continue;
+            }
+            let (tok, lp) = if seq.params.needs_logits() {
+                let logits = result.logits.as_ref().expect("logits were read back");
+                let r = &logits[row * vocab..(row + 1) * vocab];
+                let (ctx, out) = (&seq.token_ids[..], &seq.token_ids[seq.prompt_len..]);
+                sampling::sample(r, &seq.params, ctx, out, &mut seq.rng)
+            } else {
+                (result.argmax[row], None)
+            };
+            row += 1;
+            match seq.times.last_token {
+                None => {
+                    seq.times.first_token = Some(now);
+                    self.metrics
+                        .time_to_first_token_seconds
+                        .observe((now - seq.times.arrival).as_secs_f64());
+                    self.metrics.prompt_tokens_total += seq.prompt_len as u64;
+                }
+                Some(prev) => self
+                    .metrics
+                    .inter_token_latency_seconds
+                    .observe((now - prev).as_secs_f64()),
+            }
+            seq.times.last_token = Some(now);
+            self.metrics.generation_tokens_total += 1;
+            let out = postprocess_token(seq, tok, lp, &self.tokenizer);
+            if out.finish_reason.is_some() {
+                finished.push(id);
+            }
+            outputs.push(out);
+        }
+        for id in finished {
+            if let Some(mut seq) = self.scheduler.finish(id) {
+                seq.times.finished = Some(now);
+                let m = request_metrics(&seq, now);
+                self.record_finished(&m);
+                if let Some(o) = outputs.iter_mut().find(|o| o.id == id) {
+                    o.metrics = Some(m);
+                }
+            }
+        }
+        self.update_gauges();
+        Ok(outputs)
+    }
+
+    fn record_finished(&mut self, m: &RequestMetrics) {
+        self.metrics.request_success_total += 1;
+        self.metrics.e2e_request_latency_seconds.observe(m.e2e_latency);
+        self.metrics.request_queue_time_seconds.observe(m.queue_time);
+        self.metrics.request_prefill_time_seconds.observe(m.prefill_time);
+        self.metrics.request_decode_time_seconds.observe(m.decode_time);
+    }
+
+    fn update_gauges(&mut self) {
+        let m = &mut self.metrics;
+        let b = &self.scheduler.blocks;
+        m.num_requests_running = self.scheduler.running.len() as u64;
+        m.num_requests_waiting = self.scheduler.waiting.len() as u64;
+        m.kv_cache_usage_perc = b.usage();
+        let block_bytes = self.runner.kv.bytes() / b.num_blocks().max(1) as u64;
+        let used = (b.num_blocks() - b.num_free_blocks()) as u64;
+        m.gpu_memory_allocated_bytes = self.static_bytes + used * block_bytes;
+        m.gpu_memory_reserved_bytes = self.static_bytes + self.runner.kv.bytes();
+        m.gpu_memory_allocated_peak_bytes = m.gpu_memory_allocated_peak_bytes.max(m.gpu_memory_allocated_bytes);
+        m.gpu_memory_reserved_peak_bytes = m.gpu_memory_reserved_peak_bytes.max(m.gpu_memory_reserved_bytes);
+    }
+
+    /// Drops the prefix cache's free blocks (they return to the clean free list).
+    pub fn reset_prefix_cache(&mut self) {
+        self.scheduler.blocks.reset_prefix_cache();
+        self.update_gauges();
+    }
+
+    /// Checks the block pool against the live sequences.
+    pub fn check_blocks(&self) -> Result<(), String> {
+        self.scheduler
+            .blocks
+            .check_consistency(self.scheduler.seqs.values().map(|s| &s.block_table))
+    }
+}
+
+/// Validates a request; returns the most tokens (prompt + output) it may reach.
+pub fn validate_request(
+    prompt: &[u32],
+    params: &SamplingParams,
+    vocab: usize,
+    max_model_len: usize,
+) -> Result<usize, EngineError> {
+    params.validate()?;
+    if prompt.is_empty() {
+        return Err(EngineError::InvalidRequest("the prompt is empty".into()));
+    }
+    if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= vocab) {
+        return Err(EngineError::InvalidRequest(format!(
+            "token id {bad} is outside the vocabulary of {vocab}"
+        )));
+    }
+    if prompt.len() >= max_model_len {
+        return Err(EngineError::PromptTooLong {
+            prompt: prompt.len(),
+            max_tokens: 1,
+            max_model_len,
+        });
+    }
+    match params.max_tokens {
+        Some(m) if prompt.len() + m > max_model_len => Err(EngineError::PromptTooLong {
+            prompt: prompt.len(),
+            max_tokens: m,
+            max_model_len,
+        }),
+        Some(m) => Ok(prompt.len() + m),
+        None => Ok(max_model_len),
+    }
+}
+
+fn request_metrics(seq: &Sequence, now: Instant) -> RequestMetrics {
+    let t = &seq.times;
+    let secs = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
+        (Some(a), Some(b)) => (b - a).as_secs_f64(),
+        _ => 0.0,
+    };
+    RequestMetrics {
+        queue_time: secs(Some(t.arrival), t.scheduled),
+        time_to_first_token: secs(Some(t.arrival), t.first_token),
+        prefill_time: secs(t.scheduled, t.first_token),
+        decode_time: secs(t.first_token, t.last_token),
+        e2e_latency: (t.finished.unwrap_or(now) - t.arrival).as_secs_f64(),
+        num_prompt_tokens: seq.prompt_len,
+        num_output_tokens: seq.num_tokens() - seq.prompt_len,
+        num_cached_tokens: seq.num_cached_tokens,
+        num_preemptions: seq.num_preemptions,
+    }
+}
+
+/// Appends a sampled token, applies the stop conditions, and cuts the next text delta.
+fn postprocess_token(
+    seq: &mut Sequence,
+    tok: u32,
+    lp: Option<SampledLogprobs>,
+    tokenizer: &Tokenizer,
+) -> RequestOutput {
+    seq.token_ids.push(tok);
+    if let Some(l) = lp.clone() {
+        seq.logprobs.push(l);
+    }
+    let p = &seq.params;
+    let mut finish = None;
+    if (!p.ignore_eos && tokenizer.eos_ids.contains(&tok)) || p.stop_token_ids.contains(&tok) {
+        finish = Some(FinishReason::Stop);
+    } else {
+        let old = seq.text.len();
+        seq.text.push_str(&seq.detok.step(tokenizer, &seq.token_ids));
+        let longest = p.stop.iter().map(String::len).max().unwrap_or(0);
+        if longest > 0 {
+            let mut from = old.saturating_sub(longest - 1);
+            while !seq.text.is_char_boundary(from) {
+                from -= 1;
+            }
+            let hit = p.stop.iter().filter_map(|s| seq.text[from..].find(s.as_str())).min();
+            if let Some(pos) = hit {
+                seq.text.truncate(from + pos);
+                finish = Some(FinishReason::Stop);
+            }
+        }
+    }
+    let n_out = seq.num_tokens() - seq.prompt_len;
+    if finish.is_none() && (p.max_tokens.is_some_and(|m| n_out >= m) || seq.num_tokens() >= seq.max_total_tokens) {
+        finish = Some(FinishReason::Length);
+    }
+    // Hold back what could still become the start of a stop string.
+    let hold = if finish.is_some() {
+        0
+    } else {
+        seq.params.stop.iter().map(String::len).max().unwrap_or(1) - 1
+    };
+    let mut end = seq.text.len().saturating_sub(hold).max(seq.emitted);
+    while !seq.text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let end = end.max(seq.emitted);
+    let text = seq.text[seq.emitted..end].to_string();
+    seq.emitted = end;
+    if let Some(f) = finish {
+        seq.status = SeqStatus::Finished(f);
+    }
+    RequestOutput {
+        id: seq.id,
+        text,
+        token_ids: vec![tok],
+        logprobs: lp.into_iter().collect(),
+        finish_reason: finish,
+        num_prompt_tokens: seq.prompt_len,
+        metrics: None,
+    }
+}

@@ -1,0 +1,120 @@
+//! A request as the engine tracks it: its tokens, how many are in the KV cache
+//! (`num_computed_tokens`), its block table, sampling state and timings.
+
+use std::time::Instant;
+
+use rand::rngs::StdRng;
+
+use super::block_manager::BlockTable;
+use crate::sampling::{SampledLogprobs, SamplingParams};
+use crate::tokenizer::IncrementalDecoder;
+
+pub type SeqId = u64;
+
+/// Why a request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FinishReason {
+    /// EOS, a stop token or a stop string.
+    Stop,
+    /// max_tokens or the context length.
+    Length,
+    /// Aborted by the caller (or its stream dropped).
+    Abort,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::Length => "length",
+            Self::Abort => "abort",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeqStatus {
+    Waiting,
+    Running,
+    Finished(FinishReason),
+}
+
+/// Monotonic timestamps of a request's life.
+#[derive(Clone, Copy, Debug)]
+pub struct SeqTimes {
+    pub arrival: Instant,
+    /// First admitted into a step.
+    pub scheduled: Option<Instant>,
+    pub first_token: Option<Instant>,
+    pub last_token: Option<Instant>,
+    pub finished: Option<Instant>,
+}
+
+/// One request.
+pub struct Sequence {
+    pub id: SeqId,
+    /// Prompt followed by generated tokens.
+    pub token_ids: Vec<u32>,
+    pub prompt_len: usize,
+    /// Tokens whose KV is in the cache.
+    pub num_computed_tokens: usize,
+    /// Prompt tokens found in the prefix cache at the last admission.
+    pub num_cached_tokens: usize,
+    pub block_table: BlockTable,
+    pub params: SamplingParams,
+    /// Generation stops when the sequence reaches this many tokens.
+    pub max_total_tokens: usize,
+    pub status: SeqStatus,
+    pub rng: StdRng,
+    pub detok: IncrementalDecoder,
+    /// Generated text so far (stop strings cut off).
+    pub text: String,
+    /// Bytes of `text` already streamed.
+    pub emitted: usize,
+    pub times: SeqTimes,
+    pub num_preemptions: usize,
+    pub logprobs: Vec<SampledLogprobs>,
+}
+
+impl Sequence {
+    pub fn new(id: SeqId, prompt: Vec<u32>, params: SamplingParams, max_total_tokens: usize) -> Self {
+        let prompt_len = prompt.len();
+        Self {
+            id,
+            token_ids: prompt,
+            prompt_len,
+            num_computed_tokens: 0,
+            num_cached_tokens: 0,
+            block_table: BlockTable::default(),
+            rng: params.rng(),
+            params,
+            max_total_tokens,
+            status: SeqStatus::Waiting,
+            detok: IncrementalDecoder::new(prompt_len),
+            text: String::new(),
+            emitted: 0,
+            times: SeqTimes {
+                arrival: Instant::now(),
+                scheduled: None,
+                first_token: None,
+                last_token: None,
+                finished: None,
+            },
+            num_preemptions: 0,
+            logprobs: Vec::new(),
+        }
+    }
+
+    pub fn num_tokens(&self) -> usize {
+        self.token_ids.len()
+    }
+
+    pub fn output_ids(&self) -> &[u32] {
+        &self.token_ids[self.prompt_len..]
+    }
+
+    pub fn is_finished(&self) -> bool {
+        matches!(self.status, SeqStatus::Finished(_))
+    }
+}

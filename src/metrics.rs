@@ -1,0 +1,245 @@
+//! Engine metrics with vLLM's names under the `wllm:` prefix: latency histograms
+//! (TTFT, ITL, end-to-end, queue, prefill, decode), request gauges, token and
+//! prefix-cache counters, KV usage and GPU memory with peaks. Timestamps come
+//! from the engine's monotonic clock (`Instant`).
+
+use std::fmt::Write;
+
+/// Prometheus-style cumulative histogram in seconds.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Histogram {
+    pub bounds: Vec<f64>,
+    pub counts: Vec<u64>,
+    pub sum: f64,
+    pub count: u64,
+    /// Every observation, for exact percentiles in reports (bounded).
+    #[serde(skip)]
+    pub samples: Vec<f64>,
+}
+
+const MAX_SAMPLES: usize = 100_000;
+
+impl Histogram {
+    pub fn new(bounds: &[f64]) -> Self {
+        Self {
+            bounds: bounds.to_vec(),
+            counts: vec![0; bounds.len()],
+            sum: 0.0,
+            count: 0,
+            samples: Vec::new(),
+        }
+    }
+    pub fn latency() -> Self {
+        Self::new(&[
+            0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+            80.0,
+        ])
+    }
+    pub fn observe(&mut self, v: f64) {
+        for (b, c) in self.bounds.iter().zip(&mut self.counts) {
+            if v <= *b {
+                *c += 1;
+            }
+        }
+        self.sum += v;
+        self.count += 1;
+        if self.samples.len() < MAX_SAMPLES {
+            self.samples.push(v);
+        }
+    }
+    /// The q-quantile (0..=1) of the observations, if any.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        percentile(&self.samples, q)
+    }
+}
+
+/// The q-quantile of `v` (nearest rank on sorted values).
+pub fn percentile(v: &[f64], q: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let i = ((q * (s.len() - 1) as f64).round() as usize).min(s.len() - 1);
+    Some(s[i])
+}
+
+/// A snapshot of everything the engine measures.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Metrics {
+    pub time_to_first_token_seconds: Histogram,
+    pub inter_token_latency_seconds: Histogram,
+    pub e2e_request_latency_seconds: Histogram,
+    pub request_queue_time_seconds: Histogram,
+    pub request_prefill_time_seconds: Histogram,
+    pub request_decode_time_seconds: Histogram,
+    pub num_requests_running: u64,
+    pub num_requests_waiting: u64,
+    pub kv_cache_usage_perc: f64,
+    pub prompt_tokens_total: u64,
+    pub generation_tokens_total: u64,
+    pub prefix_cache_queries_total: u64,
+    pub prefix_cache_hits_total: u64,
+    pub num_preemptions_total: u64,
+    pub request_success_total: u64,
+    pub gpu_memory_allocated_bytes: u64,
+    pub gpu_memory_allocated_peak_bytes: u64,
+    pub gpu_memory_reserved_bytes: u64,
+    pub gpu_memory_reserved_peak_bytes: u64,
+    pub num_steps_total: u64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let h = Histogram::latency;
+        Self {
+            time_to_first_token_seconds: h(),
+            inter_token_latency_seconds: h(),
+            e2e_request_latency_seconds: h(),
+            request_queue_time_seconds: h(),
+            request_prefill_time_seconds: h(),
+            request_decode_time_seconds: h(),
+            num_requests_running: 0,
+            num_requests_waiting: 0,
+            kv_cache_usage_perc: 0.0,
+            prompt_tokens_total: 0,
+            generation_tokens_total: 0,
+            prefix_cache_queries_total: 0,
+            prefix_cache_hits_total: 0,
+            num_preemptions_total: 0,
+            request_success_total: 0,
+            gpu_memory_allocated_bytes: 0,
+            gpu_memory_allocated_peak_bytes: 0,
+            gpu_memory_reserved_bytes: 0,
+            gpu_memory_reserved_peak_bytes: 0,
+            num_steps_total: 0,
+        }
+    }
+}
+
+impl Metrics {
+    /// Prometheus text exposition format.
+    pub fn to_prometheus(&self, model_name: &str) -> String {
+        let mut s = String::new();
+        let l = format!("{{model_name=\"{}\"}}", model_name.replace('"', "'"));
+        let hists = [
+            (
+                "time_to_first_token_seconds",
+                "Time to first token",
+                &self.time_to_first_token_seconds,
+            ),
+            (
+                "inter_token_latency_seconds",
+                "Time between consecutive output tokens",
+                &self.inter_token_latency_seconds,
+            ),
+            (
+                "e2e_request_latency_seconds",
+                "End-to-end request latency",
+                &self.e2e_request_latency_seconds,
+            ),
+            (
+                "request_queue_time_seconds",
+                "Time waiting before the first step",
+                &self.request_queue_time_seconds,
+            ),
+            (
+                "request_prefill_time_seconds",
+                "Time from first step to first token",
+                &self.request_prefill_time_seconds,
+            ),
+            (
+                "request_decode_time_seconds",
+                "Time from first token to the last",
+                &self.request_decode_time_seconds,
+            ),
+        ];
+        for (name, help, h) in hists {
+            let _ = writeln!(s, "# HELP wllm:{name} {help}.\n# TYPE wllm:{name} histogram");
+            let inner = &l[1..l.len() - 1];
+            for (b, c) in h.bounds.iter().zip(&h.counts) {
+                let _ = writeln!(s, "wllm:{name}_bucket{{{inner},le=\"{b}\"}} {c}");
+            }
+            let _ = writeln!(s, "wllm:{name}_bucket{{{inner},le=\"+Inf\"}} {}", h.count);
+            let _ = writeln!(s, "wllm:{name}_sum{l} {}\nwllm:{name}_count{l} {}", h.sum, h.count);
+        }
+        let gauges = [
+            (
+                "num_requests_running",
+                "Requests in the running batch",
+                self.num_requests_running as f64,
+            ),
+            (
+                "num_requests_waiting",
+                "Requests waiting to be scheduled",
+                self.num_requests_waiting as f64,
+            ),
+            (
+                "kv_cache_usage_perc",
+                "Fraction of KV blocks in use (0-1)",
+                self.kv_cache_usage_perc,
+            ),
+            (
+                "gpu_memory_allocated_bytes",
+                "Bytes in live GPU buffers",
+                self.gpu_memory_allocated_bytes as f64,
+            ),
+            (
+                "gpu_memory_allocated_peak_bytes",
+                "Peak of gpu_memory_allocated_bytes",
+                self.gpu_memory_allocated_peak_bytes as f64,
+            ),
+            (
+                "gpu_memory_reserved_bytes",
+                "Bytes reserved, the whole KV pool included",
+                self.gpu_memory_reserved_bytes as f64,
+            ),
+            (
+                "gpu_memory_reserved_peak_bytes",
+                "Peak of gpu_memory_reserved_bytes",
+                self.gpu_memory_reserved_peak_bytes as f64,
+            ),
+        ];
+        for (name, help, v) in gauges {
+            let _ = writeln!(
+                s,
+                "# HELP wllm:{name} {help}.\n# TYPE wllm:{name} gauge\nwllm:{name}{l} {v}"
+            );
+        }
+        let counters = [
+            (
+                "prompt_tokens_total",
+                "Prompt tokens processed",
+                self.prompt_tokens_total,
+            ),
+            (
+                "generation_tokens_total",
+                "Tokens generated",
+                self.generation_tokens_total,
+            ),
+            (
+                "prefix_cache_queries_total",
+                "Prompt tokens looked up in the prefix cache",
+                self.prefix_cache_queries_total,
+            ),
+            (
+                "prefix_cache_hits_total",
+                "Prompt tokens found in the prefix cache",
+                self.prefix_cache_hits_total,
+            ),
+            (
+                "num_preemptions_total",
+                "Requests preempted",
+                self.num_preemptions_total,
+            ),
+            ("request_success_total", "Requests finished", self.request_success_total),
+        ];
+        for (name, help, v) in counters {
+            let _ = writeln!(
+                s,
+                "# HELP wllm:{name} {help}.\n# TYPE wllm:{name} counter\nwllm:{name}{l} {v}"
+            );
+        }
+        s
+    }
+}

@@ -1,0 +1,268 @@
+//! Sampling: greedy, temperature, top-k, top-p, min-p, repetition / presence /
+//! frequency penalties, per-request seeds, and top-n logprobs, on one logits row.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// How a request chooses its tokens and when it stops.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct SamplingParams {
+    /// Most tokens to generate; `None`: up to the context length.
+    pub max_tokens: Option<usize>,
+    /// 0 is greedy.
+    pub temperature: f32,
+    /// 0 disables.
+    pub top_k: usize,
+    pub top_p: f32,
+    pub min_p: f32,
+    /// HF-style: >1 discourages every token already in prompt or output.
+    pub repetition_penalty: f32,
+    /// OpenAI-style, on output tokens: minus `presence` once, minus `frequency` per occurrence.
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    /// Same seed, same tokens, whatever else is in the batch.
+    pub seed: Option<u64>,
+    pub stop: Vec<String>,
+    pub stop_token_ids: Vec<u32>,
+    pub ignore_eos: bool,
+    /// Top-n logprobs per generated token (the chosen token's own logprob is always given when set).
+    pub logprobs: Option<usize>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self {
+            max_tokens: None,
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            seed: None,
+            stop: Vec::new(),
+            stop_token_ids: Vec::new(),
+            ignore_eos: false,
+            logprobs: None,
+        }
+    }
+}
+
+/// A parameter out of range.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid sampling parameter: {0}")]
+pub struct InvalidParams(pub String);
+
+impl SamplingParams {
+    pub fn greedy() -> Self {
+        Self {
+            temperature: 0.0,
+            ..Self::default()
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), InvalidParams> {
+        let bad = |m: String| Err(InvalidParams(m));
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return bad(format!("temperature must be >= 0, got {}", self.temperature));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad(format!("top_p must be in (0, 1], got {}", self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad(format!("min_p must be in [0, 1], got {}", self.min_p));
+        }
+        if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
+            return bad(format!(
+                "repetition_penalty must be > 0, got {}",
+                self.repetition_penalty
+            ));
+        }
+        for (n, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if !(-2.0..=2.0).contains(&v) {
+                return bad(format!("{n} must be in [-2, 2], got {v}"));
+            }
+        }
+        if self.max_tokens == Some(0) {
+            return bad("max_tokens must be at least 1".into());
+        }
+        if self.logprobs.is_some_and(|n| n > 20) {
+            return bad("logprobs must be at most 20".into());
+        }
+        if self.stop.iter().any(|s| s.is_empty()) {
+            return bad("stop strings must not be empty".into());
+        }
+        Ok(())
+    }
+
+    pub fn is_greedy(&self) -> bool {
+        self.temperature == 0.0
+    }
+
+    /// Whether the logits row must come to the CPU (anything but plain argmax).
+    pub fn needs_logits(&self) -> bool {
+        !self.is_greedy()
+            || self.logprobs.is_some()
+            || self.repetition_penalty != 1.0
+            || self.presence_penalty != 0.0
+            || self.frequency_penalty != 0.0
+    }
+
+    /// The request's random generator.
+    pub fn rng(&self) -> StdRng {
+        match self.seed {
+            Some(s) => StdRng::seed_from_u64(s),
+            None => StdRng::from_rng(&mut rand::rng()),
+        }
+    }
+}
+
+/// A token with its log-probability.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct TokenLogprob {
+    pub token_id: u32,
+    pub logprob: f32,
+}
+
+/// The chosen token, its logprob and the top-n alternatives.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct SampledLogprobs {
+    pub chosen: TokenLogprob,
+    pub top: Vec<TokenLogprob>,
+}
+
+/// Applies the penalties in place. `context` is prompt + output, `output` the generated part.
+pub fn apply_penalties(logits: &mut [f32], p: &SamplingParams, context: &[u32], output: &[u32]) {
+    if p.repetition_penalty != 1.0 {
+        let mut seen = vec![false; logits.len()];
+        for &t in context {
+            if let Some(s) = seen.get_mut(t as usize) {
+                if !*s {
+                    *s = true;
+                    let l = &mut logits[t as usize];
+                    *l = if *l > 0.0 {
+                        *l / p.repetition_penalty
+                    } else {
+                        *l * p.repetition_penalty
+                    };
+                }
+            }
+        }
+    }
+    if p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 {
+        let mut counts = std::collections::HashMap::<u32, u32>::new();
+        for &t in output {
+            *counts.entry(t).or_default() += 1;
+        }
+        for (t, c) in counts {
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l -= p.presence_penalty + p.frequency_penalty * c as f32;
+            }
+        }
+    }
+}
+
+fn argmax(v: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] || v[best].is_nan() {
+            best = i;
+        }
+    }
+    best
+}
+
+/// Log-softmax of a row, in f64 for accuracy.
+fn log_softmax(logits: &[f32]) -> Vec<f32> {
+    let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = m + logits.iter().map(|&x| (x as f64 - m).exp()).sum::<f64>().ln();
+    logits.iter().map(|&x| (x as f64 - lse) as f32).collect()
+}
+
+/// Chooses the next token from a raw logits row.
+pub fn sample(
+    raw: &[f32],
+    p: &SamplingParams,
+    context: &[u32],
+    output: &[u32],
+    rng: &mut StdRng,
+) -> (u32, Option<SampledLogprobs>) {
+    let mut logits = raw.to_vec();
+    apply_penalties(&mut logits, p, context, output);
+    let token = if p.is_greedy() {
+        argmax(&logits)
+    } else {
+        sample_filtered(&logits, p, rng)
+    };
+    let lp = p.logprobs.map(|n| {
+        let ls = log_softmax(raw);
+        let mut order: Vec<usize> = (0..ls.len()).collect();
+        let n = n.min(ls.len());
+        if n > 0 {
+            order.select_nth_unstable_by(n - 1, |&a, &b| ls[b].total_cmp(&ls[a]).then(a.cmp(&b)));
+        }
+        let mut top: Vec<usize> = order[..n].to_vec();
+        top.sort_by(|&a, &b| ls[b].total_cmp(&ls[a]).then(a.cmp(&b)));
+        SampledLogprobs {
+            chosen: TokenLogprob {
+                token_id: token as u32,
+                logprob: ls[token],
+            },
+            top: top
+                .into_iter()
+                .map(|i| TokenLogprob {
+                    token_id: i as u32,
+                    logprob: ls[i],
+                })
+                .collect(),
+        }
+    });
+    (token as u32, lp)
+}
+
+/// Temperature, then top-k, top-p and min-p filtering, then a draw.
+fn sample_filtered(logits: &[f32], p: &SamplingParams, rng: &mut StdRng) -> usize {
+    let t = p.temperature as f64;
+    let mut idx: Vec<usize> = (0..logits.len()).filter(|&i| !logits[i].is_nan()).collect();
+    idx.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+    if p.top_k > 0 {
+        idx.truncate(p.top_k);
+    }
+    let m = logits[idx[0]] as f64;
+    let mut probs: Vec<f64> = idx.iter().map(|&i| ((logits[i] as f64 - m) / t).exp()).collect();
+    let total: f64 = probs.iter().sum();
+    probs.iter_mut().for_each(|q| *q /= total);
+    // top-p: keep the smallest prefix whose mass reaches top_p (at least one token).
+    if p.top_p < 1.0 {
+        let mut acc = 0.0;
+        let mut keep = probs.len();
+        for (i, q) in probs.iter().enumerate() {
+            acc += q;
+            if acc >= p.top_p as f64 {
+                keep = i + 1;
+                break;
+            }
+        }
+        probs.truncate(keep);
+    }
+    // min-p: drop tokens below min_p × the top probability.
+    if p.min_p > 0.0 {
+        let floor = probs[0] * p.min_p as f64;
+        let keep = probs.iter().take_while(|&&q| q >= floor).count().max(1);
+        probs.truncate(keep);
+    }
+    let total: f64 = probs.iter().sum();
+    let mut r = rng.random::<f64>() * total;
+    for (i, q) in probs.iter().enumerate() {
+        r -= q;
+        if r < 0.0 {
+            return idx[i];
+        }
+    }
+    idx[probs.len() - 1]
+}
