@@ -3,8 +3,8 @@
 
 pub mod block_manager;
 pub mod config;
-pub mod engine;
 mod error;
+pub mod handle;
 pub mod llm_engine;
 pub mod model_runner;
 pub mod scheduler;
@@ -12,8 +12,8 @@ pub mod sequence;
 
 pub use block_manager::{BlockManager, BlockTable};
 pub use config::{EngineConfig, KvPlan};
-pub use engine::{BlockStats, CompletedRequest, Engine, RequestStream};
 pub use error::EngineError;
+pub use handle::{BlockStats, CompletedRequest, Engine, RequestStream};
 pub use llm_engine::{LlmEngine, Prompt, RequestMetrics, RequestOutput};
 pub use model_runner::{ModelRunner, SeqChunk, StepResult};
 pub use scheduler::{Scheduler, SchedulerConfig, SchedulerOutput};
