@@ -141,16 +141,16 @@ pub fn apply_penalties(logits: &mut [f32], p: &SamplingParams, context: &[u32], 
     if p.repetition_penalty != 1.0 {
         let mut seen = vec![false; logits.len()];
         for &t in context {
-            if let Some(s) = seen.get_mut(t as usize) {
-                if !*s {
-                    *s = true;
-                    let l = &mut logits[t as usize];
-                    *l = if *l > 0.0 {
-                        *l / p.repetition_penalty
-                    } else {
-                        *l * p.repetition_penalty
-                    };
-                }
+            if let Some(s) = seen.get_mut(t as usize)
+                && !*s
+            {
+                *s = true;
+                let l = &mut logits[t as usize];
+                *l = if *l > 0.0 {
+                    *l / p.repetition_penalty
+                } else {
+                    *l * p.repetition_penalty
+                };
             }
         }
     }
