@@ -64,6 +64,13 @@ fn main() {
     let roof = bytes as f64 / secs / 1e9;
     println!("read roof (64 MiB as vec4<u32>): {roof:.2} GB/s\n");
 
+    let formats: Vec<WeightFormat> = match std::env::var("WLLM_BENCH_FORMATS").ok() {
+        Some(f) => WeightFormat::ALL
+            .into_iter()
+            .filter(|x| f.split(',').any(|n| n.eq_ignore_ascii_case(&format!("{x:?}"))))
+            .collect(),
+        None => WeightFormat::ALL.to_vec(),
+    };
     let shapes: Vec<(usize, usize)> = match std::env::var("WLLM_BENCH_SHAPES").ok().as_deref() {
         Some("quick") => vec![(576, 1536)],
         _ => vec![(576, 1536), (576, 192), (1536, 576), (576, 49152)],
@@ -71,7 +78,7 @@ fn main() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
     println!("| format | K→N | decode GB/s | % roof | decode G weights/s | prefill T=128 GFLOP/s |");
     println!("|---|---|---|---|---|---|");
-    for format in WeightFormat::ALL {
+    for &format in &formats {
         for &(k, n) in &shapes {
             let stored: Vec<u8> = (0..format.stored_bytes(n, k))
                 .map(|i| if i % 34 < 2 { 0x10 } else { rng.random() })

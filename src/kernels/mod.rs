@@ -2,6 +2,7 @@
 //! `Kernels` owns every pipeline; gemm and embed variants are compiled per weight
 //! format on first `prepare` (at model load) and warmed there.
 
+pub mod attention;
 pub mod embed;
 pub mod gemm;
 mod weight;
@@ -49,6 +50,20 @@ pub struct GemmTiles {
 
 impl GemmTiles {
     pub fn for_adapter(ctx: &GpuContext) -> Self {
+        // WLLM_GEMM_TILES=decode_tn,prefill_tm,prefill_tn,quant_prefill_tm,wg overrides (for tuning).
+        if let Some(v) = std::env::var("WLLM_GEMM_TILES").ok().and_then(|s| {
+            let v: Vec<u32> = s.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+            (v.len() == 5 && !v.contains(&0)).then_some(v)
+        }) {
+            return Self {
+                decode_max_t: 4,
+                decode_tn: v[0],
+                prefill_tm: v[1],
+                prefill_tn: v[2],
+                quant_prefill_tm: v[3],
+                wg: v[4],
+            };
+        }
         if ctx.is_cpu() {
             // lavapipe: one workgroup runs on one thread as 8 SIMD lanes; big
             // register tiles amortise loads (see DESIGN.md, "what a probe found").
@@ -144,7 +159,7 @@ pub struct Kernels {
     silu_mul: Arc<Kernel>,
     argmax: Arc<Kernel>,
     cache_write: Arc<Kernel>,
-    attention: Mutex<HashMap<u32, Arc<Kernel>>>,
+    attention: Mutex<HashMap<attention::AttentionVariant, Arc<Kernel>>>,
     gemm: Mutex<HashMap<GemmVariant, Arc<Kernel>>>,
     embed: Mutex<HashMap<WeightFormat, Arc<Kernel>>>,
     // dummy, dummy_rw: 16-byte buffers bound where a kernel ignores a binding
@@ -439,42 +454,43 @@ impl Kernels {
         );
     }
 
-    /// Lanes per (head, token) workgroup of `paged_attention`.
-    fn attention_lanes(&self, head_dim: u32) -> u32 {
+    /// The `paged_attention` variant for a head shape: on CPU adapters a workgroup
+    /// serves every query head of a KV head (each K/V row loaded once).
+    fn attention_variant(&self, head_dim: u32, group: u32) -> attention::AttentionVariant {
         if self.ctx.is_cpu() {
-            8
+            let mut g = group.max(1);
+            while g > 1 && (g * head_dim > 512 || group % g != 0) {
+                g -= 1;
+            }
+            attention::AttentionVariant { head_dim, w: 8, g }
         } else {
-            (4096 / head_dim).clamp(4, 32)
+            attention::AttentionVariant { head_dim, w: 32, g: 1 }
         }
     }
 
-    fn attention_kernel(&self, head_dim: u32) -> Result<Arc<Kernel>, GpuError> {
+    fn attention_kernel(&self, v: attention::AttentionVariant) -> Result<Arc<Kernel>, GpuError> {
         let mut cache = self.attention.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(k) = cache.get(&head_dim) {
+        if let Some(k) = cache.get(&v) {
             return Ok(k.clone());
         }
-        let src = format!(
-            "const HD: u32 = {head_dim}u;\nconst W: u32 = {}u;\n{}",
-            self.attention_lanes(head_dim),
-            include_str!("../../shaders/paged_attention.wgsl")
-        );
+        let name = format!("paged_attention_{}x{}x{}", v.head_dim, v.w, v.g);
         let k = Arc::new(Kernel::new(
             &self.ctx,
-            &format!("paged_attention_{head_dim}"),
-            &src,
+            &name,
+            &attention::source(v),
             &[R, R, R, R, R, R, RW],
         )?);
-        cache.insert(head_dim, k.clone());
+        cache.insert(v, k.clone());
         Ok(k)
     }
 
-    /// Compiles and warms `paged_attention` for `head_dim`.
-    pub fn prepare_attention(&self, head_dim: u32) -> Result<(), GpuError> {
+    /// Compiles and warms `paged_attention` for `head_dim` and `heads` query heads over `kv_heads`.
+    pub fn prepare_attention(&self, head_dim: u32, heads: u32, kv_heads: u32) -> Result<(), GpuError> {
         let b = self.scratch(u64::from(head_dim) * 16);
         let kv = PagedKv {
             k_cache: &b,
             v_cache: &b,
-            kv_heads: 1,
+            kv_heads,
             head_dim,
             block_size: 1,
             positions: &self.dummy,
@@ -482,9 +498,10 @@ impl Kernels {
             block_tables: &self.dummy,
             max_blocks: 1,
         };
-        let out = self.scratch(u64::from(head_dim) * 4);
+        let out = self.scratch(u64::from(head_dim * heads) * 4);
+        let q = self.scratch(u64::from(head_dim * heads) * 4);
         let mut enc = StepEncoder::new(&self.ctx);
-        self.paged_attention(&mut enc, &b, u32::MAX, kv, 1, 1, &out)?;
+        self.paged_attention(&mut enc, &q, u32::MAX, kv, heads, 1, &out)?;
         enc.submit_and_read(&[])?;
         Ok(())
     }
@@ -531,7 +548,8 @@ impl Kernels {
         t: u32,
         out: &wgpu::Buffer,
     ) -> Result<(), GpuError> {
-        let kernel = self.attention_kernel(kv.head_dim)?;
+        let v = self.attention_variant(kv.head_dim, heads / kv.kv_heads.max(1));
+        let kernel = self.attention_kernel(v)?;
         let p = AttentionParams {
             t,
             heads,
@@ -555,7 +573,7 @@ impl Kernels {
             BufSlice::whole(kv.block_tables),
             BufSlice::whole(out),
         ];
-        enc.dispatch(&kernel, bytemuck::bytes_of(&p), &bufs, [heads, t, 1]);
+        enc.dispatch(&kernel, bytemuck::bytes_of(&p), &bufs, [heads / v.g, t, 1]);
         Ok(())
     }
 

@@ -260,7 +260,11 @@ impl LlamaModel {
                 }
             }
         }
-        ks.prepare_attention(self.cfg.head_dim as u32)?;
+        ks.prepare_attention(
+            self.cfg.head_dim as u32,
+            self.cfg.heads as u32,
+            self.cfg.kv_heads as u32,
+        )?;
         Ok(())
     }
 

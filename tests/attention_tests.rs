@@ -1,0 +1,199 @@
+//! cache_write and paged_attention against a CPU reference: varlen sequences,
+//! shuffled physical blocks, GQA, awkward lengths; and batch invariance.
+
+mod common;
+
+use common::*;
+use rand::seq::SliceRandom;
+use wllm::kernels::{PagedKv, Rows};
+
+struct Case {
+    heads: usize,
+    kv_heads: usize,
+    hd: usize,
+    bs: usize,
+}
+
+/// Softmax(q·Kᵀ/√d)·V over keys 0..=pos, in f64.
+fn cpu_attention(q: &[f32], keys: &[Vec<f32>], vals: &[Vec<f32>], hd: usize) -> Vec<f32> {
+    let scale = 1.0 / (hd as f64).sqrt();
+    let scores: Vec<f64> = keys
+        .iter()
+        .map(|k| q.iter().zip(k).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum::<f64>() * scale)
+        .collect();
+    let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+    let z: f64 = e.iter().sum();
+    (0..hd)
+        .map(|d| (e.iter().zip(vals).map(|(w, v)| w * f64::from(v[d])).sum::<f64>() / z) as f32)
+        .collect()
+}
+
+/// Runs cache_write for every token of every sequence, then attention for the
+/// `query` tokens (sequence, position); returns (gpu, cpu) outputs.
+fn run_case(c: &Case, seq_lens: &[usize], queries: &[(usize, usize)], seed: u64) -> (Vec<f32>, Vec<f32>) {
+    let ks = kernels();
+    let mut r = rng(seed);
+    let (h, hk, hd, bs) = (c.heads, c.kv_heads, c.hd, c.bs);
+    let kv_w = hk * hd;
+    let qkv_w = (h + 2 * hk) * hd;
+    let max_blocks = seq_lens.iter().map(|l| l.div_ceil(bs)).max().unwrap();
+    let total_blocks: usize = seq_lens.iter().map(|l| l.div_ceil(bs)).sum::<usize>() + 3;
+    let mut phys: Vec<u32> = (0..total_blocks as u32).collect();
+    phys.shuffle(&mut r);
+    let mut tables = vec![0u32; seq_lens.len() * max_blocks];
+    let mut next = 0;
+    for (s, &l) in seq_lens.iter().enumerate() {
+        for b in 0..l.div_ceil(bs) {
+            tables[s * max_blocks + b] = phys[next];
+            next += 1;
+        }
+    }
+    // Every token's q|k|v row; write all K/V into the cache in one pass.
+    let rows: Vec<(usize, usize)> = seq_lens
+        .iter()
+        .enumerate()
+        .flat_map(|(s, &l)| (0..l).map(move |p| (s, p)))
+        .collect();
+    let qkv = rand_vec(&mut r, rows.len() * qkv_w);
+    let slots: Vec<u32> = rows
+        .iter()
+        .map(|&(s, p)| tables[s * max_blocks + p / bs] * bs as u32 + (p % bs) as u32)
+        .collect();
+    let (qkv_b, slot_b) = (upload(&qkv), upload(&slots));
+    let (kc, vc) = (zeros(total_blocks * bs * kv_w), zeros(total_blocks * bs * kv_w));
+    let mut enc = encoder();
+    let qkv_rows = Rows {
+        buf: &qkv_b,
+        off: 0,
+        stride: qkv_w as u32,
+    };
+    ks.cache_write(
+        &mut enc,
+        qkv_rows,
+        (h * hd) as u32,
+        ((h + hk) * hd) as u32,
+        kv_w as u32,
+        &slot_b,
+        &kc,
+        &vc,
+        rows.len() as u32,
+    );
+    run_read::<f32>(enc, &[]);
+    // The queries of this step.
+    let row_of = |s: usize, p: usize| rows.iter().position(|&x| x == (s, p)).unwrap();
+    let q: Vec<f32> = queries
+        .iter()
+        .flat_map(|&(s, p)| qkv[row_of(s, p) * qkv_w..row_of(s, p) * qkv_w + h * hd].to_vec())
+        .collect();
+    let pos: Vec<u32> = queries.iter().map(|&(_, p)| p as u32).collect();
+    let tseq: Vec<u32> = queries.iter().map(|&(s, _)| s as u32).collect();
+    let (qb, pb, sb, tb) = (upload(&q), upload(&pos), upload(&tseq), upload(&tables));
+    let out = zeros(queries.len() * h * hd);
+    let kv = PagedKv {
+        k_cache: &kc,
+        v_cache: &vc,
+        kv_heads: hk as u32,
+        head_dim: hd as u32,
+        block_size: bs as u32,
+        positions: &pb,
+        token_seq: &sb,
+        block_tables: &tb,
+        max_blocks: max_blocks as u32,
+    };
+    let mut enc = encoder();
+    ks.paged_attention(&mut enc, &qb, u32::MAX, kv, h as u32, queries.len() as u32, &out)
+        .unwrap();
+    let got: Vec<f32> = run_read(enc, &[(&out, queries.len() * h * hd)]).remove(0);
+    let mut want = Vec::new();
+    for (qi, &(s, p)) in queries.iter().enumerate() {
+        for head in 0..h {
+            let kvh = head / (h / hk);
+            let keys: Vec<Vec<f32>> = (0..=p)
+                .map(|j| {
+                    let o = row_of(s, j) * qkv_w + h * hd + kvh * hd;
+                    qkv[o..o + hd].to_vec()
+                })
+                .collect();
+            let vals: Vec<Vec<f32>> = (0..=p)
+                .map(|j| {
+                    let o = row_of(s, j) * qkv_w + (h + hk) * hd + kvh * hd;
+                    qkv[o..o + hd].to_vec()
+                })
+                .collect();
+            want.extend(cpu_attention(
+                &q[(qi * h + head) * hd..(qi * h + head + 1) * hd],
+                &keys,
+                &vals,
+                hd,
+            ));
+        }
+    }
+    (got, want)
+}
+
+#[test]
+fn paged_attention_matches_cpu() {
+    let cases = [
+        Case {
+            heads: 9,
+            kv_heads: 3,
+            hd: 64,
+            bs: 16,
+        },
+        Case {
+            heads: 4,
+            kv_heads: 4,
+            hd: 32,
+            bs: 1,
+        },
+        Case {
+            heads: 8,
+            kv_heads: 2,
+            hd: 128,
+            bs: 8,
+        },
+        Case {
+            heads: 6,
+            kv_heads: 1,
+            hd: 16,
+            bs: 32,
+        },
+    ];
+    for (ci, c) in cases.iter().enumerate() {
+        let seq_lens = [1usize, 3, 67, 130];
+        // A prefill chunk of seq 2, decodes of the others, and a middle position.
+        let mut queries: Vec<(usize, usize)> = (40..67).map(|p| (2, p)).collect();
+        queries.extend([(0, 0), (1, 2), (3, 129), (3, 64)]);
+        let (got, want) = run_case(c, &seq_lens, &queries, ci as u64);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                "case {ci}: element {i} got {g} want {w}"
+            );
+        }
+    }
+}
+
+#[test]
+fn paged_attention_is_batch_invariant() {
+    let c = Case {
+        heads: 9,
+        kv_heads: 3,
+        hd: 64,
+        bs: 16,
+    };
+    let seq_lens = [5usize, 100, 37];
+    let batch: Vec<(usize, usize)> = (0..100).map(|p| (1, p)).chain([(0, 4), (2, 36)]).collect();
+    let (all, _) = run_case(&c, &seq_lens, &batch, 9);
+    let w = c.heads * c.hd;
+    for (qi, &q) in batch.iter().enumerate().filter(|(i, _)| i % 17 == 0 || *i >= 100) {
+        let (one, _) = run_case(&c, &seq_lens, &[q], 9);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&one),
+            bits(&all[qi * w..(qi + 1) * w]),
+            "query {q:?} alone differs from the batch"
+        );
+    }
+}
