@@ -459,7 +459,7 @@ impl Kernels {
     fn attention_variant(&self, head_dim: u32, group: u32) -> attention::AttentionVariant {
         if self.ctx.is_cpu() {
             let mut g = group.max(1);
-            while g > 1 && (g * head_dim > 512 || group % g != 0) {
+            while g > 1 && (g * head_dim > 512 || !group.is_multiple_of(g)) {
                 g -= 1;
             }
             attention::AttentionVariant { head_dim, w: 8, g }
