@@ -121,3 +121,13 @@ pub fn oracle() -> serde_json::Value {
     let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     serde_json::from_str(&text).expect("oracle JSON")
 }
+
+pub mod tiny;
+
+/// A fresh directory under the cargo target dir for one test's files.
+pub fn test_dir(name: &str) -> std::path::PathBuf {
+    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create test dir");
+    d
+}

@@ -1,0 +1,258 @@
+//! A small random-weight Llama written as a real GGUF file (GQA, two layers,
+//! every weight format among its matrices) for engine tests that must be fast
+//! on lavapipe.
+
+use std::path::{Path, PathBuf};
+
+use half::{bf16, f16};
+use rand::Rng;
+use rand::rngs::StdRng;
+use wllm::quant::WeightFormat;
+
+pub struct TinySpec {
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub inter: usize,
+    pub context: usize,
+}
+
+impl Default for TinySpec {
+    fn default() -> Self {
+        Self {
+            hidden: 64,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+            inter: 128,
+            context: 1024,
+        }
+    }
+}
+
+/// GPT-2's printable stand-in for each byte.
+fn byte_chars() -> Vec<char> {
+    let mut bs: Vec<u32> = (33..=126).chain(161..=172).chain(174..=255).collect();
+    let mut cs = bs.clone();
+    let mut n = 0;
+    for b in 0..256u32 {
+        if !bs.contains(&b) {
+            bs.push(b);
+            cs.push(256 + n);
+            n += 1;
+        }
+    }
+    let mut out = vec![' '; 256];
+    for (b, c) in bs.iter().zip(cs) {
+        out[*b as usize] = char::from_u32(c).unwrap();
+    }
+    out
+}
+
+enum Val {
+    U32(u32),
+    F32(f32),
+    Bool(bool),
+    Str(String),
+    StrArr(Vec<String>),
+    I32Arr(Vec<i32>),
+}
+
+fn put_str(b: &mut Vec<u8>, s: &str) {
+    b.extend((s.len() as u64).to_le_bytes());
+    b.extend(s.as_bytes());
+}
+
+fn quantize(format: WeightFormat, v: &[f32]) -> Vec<u8> {
+    let mut out = Vec::new();
+    match format {
+        WeightFormat::F32 => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+        WeightFormat::F16 => v.iter().for_each(|x| out.extend(f16::from_f32(*x).to_le_bytes())),
+        WeightFormat::Bf16 => v.iter().for_each(|x| out.extend(bf16::from_f32(*x).to_le_bytes())),
+        WeightFormat::Q8_0 => {
+            for blk in v.chunks(32) {
+                let amax = blk.iter().fold(0f32, |a, x| a.max(x.abs()));
+                let d = amax / 127.0;
+                out.extend(f16::from_f32(d).to_le_bytes());
+                let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+                blk.iter()
+                    .for_each(|x| out.push((x * id).round().clamp(-127.0, 127.0) as i8 as u8));
+            }
+        }
+        WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
+            for blk in v.chunks(32) {
+                let (lo, hi) = blk.iter().fold((f32::MAX, f32::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+                let (d, m) = if format == WeightFormat::Q4_1 {
+                    ((hi - lo) / 15.0, lo)
+                } else {
+                    (hi.abs().max(lo.abs()) / 8.0, -8.0 * 0.0)
+                };
+                out.extend(f16::from_f32(d).to_le_bytes());
+                if format == WeightFormat::Q4_1 {
+                    out.extend(f16::from_f32(m).to_le_bytes());
+                }
+                let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+                let q = |x: f32| -> u8 {
+                    if format == WeightFormat::Q4_1 {
+                        ((x - m) * id).round().clamp(0.0, 15.0) as u8
+                    } else {
+                        (x * id + 8.0).round().clamp(0.0, 15.0) as u8
+                    }
+                };
+                for j in 0..16 {
+                    out.push(q(blk[j]) | (q(blk[j + 16]) << 4));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn ggml_type(f: WeightFormat) -> u32 {
+    match f {
+        WeightFormat::F32 => 0,
+        WeightFormat::F16 => 1,
+        WeightFormat::Q4_0 => 2,
+        WeightFormat::Q4_1 => 3,
+        WeightFormat::Q8_0 => 8,
+        WeightFormat::Bf16 => 30,
+    }
+}
+
+/// Writes the tiny model to `dir/name` and returns its path. `vocab` is 260.
+pub fn write_tiny_gguf(dir: &Path, name: &str, spec: &TinySpec, r: &mut StdRng) -> PathBuf {
+    let hd = spec.hidden / spec.heads;
+    let chars = byte_chars();
+    let mut tokens: Vec<String> = (0..256).map(|b| chars[b].to_string()).collect();
+    tokens.extend(["<|im_start|>", "<|im_end|>", "Ġt", "he"].map(String::from));
+    let vocab = tokens.len();
+    let mut types = vec![1i32; vocab];
+    types[256] = 3;
+    types[257] = 3;
+    let kv: Vec<(&str, Val)> = vec![
+        ("general.architecture", Val::Str("llama".into())),
+        ("llama.block_count", Val::U32(spec.layers as u32)),
+        ("llama.context_length", Val::U32(spec.context as u32)),
+        ("llama.embedding_length", Val::U32(spec.hidden as u32)),
+        ("llama.feed_forward_length", Val::U32(spec.inter as u32)),
+        ("llama.attention.head_count", Val::U32(spec.heads as u32)),
+        ("llama.attention.head_count_kv", Val::U32(spec.kv_heads as u32)),
+        ("llama.rope.freq_base", Val::F32(10000.0)),
+        ("llama.attention.layer_norm_rms_epsilon", Val::F32(1e-5)),
+        ("llama.vocab_size", Val::U32(vocab as u32)),
+        ("tokenizer.ggml.model", Val::Str("gpt2".into())),
+        ("tokenizer.ggml.pre", Val::Str("default".into())),
+        ("tokenizer.ggml.tokens", Val::StrArr(tokens)),
+        ("tokenizer.ggml.token_type", Val::I32Arr(types)),
+        ("tokenizer.ggml.merges", Val::StrArr(vec!["Ġ t".into(), "h e".into()])),
+        ("tokenizer.ggml.bos_token_id", Val::U32(256)),
+        ("tokenizer.ggml.eos_token_id", Val::U32(257)),
+        ("tokenizer.ggml.add_bos_token", Val::Bool(false)),
+        (
+            "tokenizer.chat_template",
+            Val::Str("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}".into()),
+        ),
+    ];
+    let (h, q) = (spec.hidden, spec.heads * hd);
+    let kvw = spec.kv_heads * hd;
+    let mut tensors: Vec<(String, Vec<usize>, WeightFormat)> =
+        vec![("token_embd.weight".into(), vec![h, vocab], WeightFormat::Q8_0)];
+    let formats = [
+        WeightFormat::Q8_0,
+        WeightFormat::Q4_0,
+        WeightFormat::F16,
+        WeightFormat::Q4_1,
+        WeightFormat::F32,
+        WeightFormat::Bf16,
+        WeightFormat::Q8_0,
+    ];
+    for l in 0..spec.layers {
+        let n = |s: &str| format!("blk.{l}.{s}.weight");
+        tensors.push((n("attn_norm"), vec![h], WeightFormat::F32));
+        tensors.push((n("ffn_norm"), vec![h], WeightFormat::F32));
+        let mats = [
+            ("attn_q", h, q),
+            ("attn_k", h, kvw),
+            ("attn_v", h, kvw),
+            ("attn_output", q, h),
+            ("ffn_gate", h, spec.inter),
+            ("ffn_up", h, spec.inter),
+            ("ffn_down", spec.inter, h),
+        ];
+        for (i, (name, k, nrows)) in mats.into_iter().enumerate() {
+            tensors.push((n(name), vec![k, nrows], formats[(i + l) % formats.len()]));
+        }
+    }
+    tensors.push(("output_norm.weight".into(), vec![h], WeightFormat::F32));
+
+    let mut b = Vec::new();
+    b.extend(b"GGUF");
+    b.extend(3u32.to_le_bytes());
+    b.extend((tensors.len() as u64).to_le_bytes());
+    b.extend((kv.len() as u64).to_le_bytes());
+    for (k, v) in &kv {
+        put_str(&mut b, k);
+        match v {
+            Val::U32(x) => {
+                b.extend(4u32.to_le_bytes());
+                b.extend(x.to_le_bytes());
+            }
+            Val::F32(x) => {
+                b.extend(6u32.to_le_bytes());
+                b.extend(x.to_le_bytes());
+            }
+            Val::Bool(x) => {
+                b.extend(7u32.to_le_bytes());
+                b.push(*x as u8);
+            }
+            Val::Str(s) => {
+                b.extend(8u32.to_le_bytes());
+                put_str(&mut b, s);
+            }
+            Val::StrArr(a) => {
+                b.extend(9u32.to_le_bytes());
+                b.extend(8u32.to_le_bytes());
+                b.extend((a.len() as u64).to_le_bytes());
+                a.iter().for_each(|s| put_str(&mut b, s));
+            }
+            Val::I32Arr(a) => {
+                b.extend(9u32.to_le_bytes());
+                b.extend(5u32.to_le_bytes());
+                b.extend((a.len() as u64).to_le_bytes());
+                a.iter().for_each(|x| b.extend(x.to_le_bytes()));
+            }
+        }
+    }
+    let mut data = Vec::new();
+    let mut infos = Vec::new();
+    for (name, dims, f) in &tensors {
+        let n: usize = dims.iter().product();
+        let k = dims[0];
+        let v: Vec<f32> = if dims.len() == 1 {
+            (0..n).map(|_| r.random_range(0.8..1.2)).collect()
+        } else {
+            let s = 1.5 / (k as f32).sqrt();
+            (0..n).map(|_| r.random_range(-s..s)).collect()
+        };
+        while data.len() % 32 != 0 {
+            data.push(0);
+        }
+        infos.push((name.clone(), dims.clone(), ggml_type(*f), data.len() as u64));
+        data.extend(quantize(*f, &v));
+    }
+    for (name, dims, t, off) in &infos {
+        put_str(&mut b, name);
+        b.extend((dims.len() as u32).to_le_bytes());
+        dims.iter().for_each(|d| b.extend((*d as u64).to_le_bytes()));
+        b.extend(t.to_le_bytes());
+        b.extend(off.to_le_bytes());
+    }
+    while b.len() % 32 != 0 {
+        b.push(0);
+    }
+    b.extend(data);
+    let path = dir.join(name);
+    std::fs::write(&path, b).expect("write tiny gguf");
+    path
+}
