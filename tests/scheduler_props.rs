@@ -1,0 +1,151 @@
+//! Property tests of the block manager and the scheduler over random workloads
+//! (CPU only: the model is replaced by appending pseudo-random tokens).
+
+use proptest::prelude::*;
+use wllm::SamplingParams;
+use wllm::engine::{BlockManager, BlockTable, Scheduler, SchedulerConfig, Sequence};
+
+#[derive(Debug, Clone)]
+enum Op {
+    Alloc { len: usize, prefix: usize },
+    Append(usize, usize),
+    Free(usize),
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    prop::collection::vec(
+        prop_oneof![
+            (1usize..80, 0usize..3).prop_map(|(len, prefix)| Op::Alloc { len, prefix }),
+            (0usize..8, 1usize..20).prop_map(|(i, n)| Op::Append(i, n)),
+            (0usize..8).prop_map(Op::Free),
+        ],
+        1..120,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// No block owned twice, ref counts equal the tables holding each block,
+    /// free lists exact, and after freeing everything all blocks are free.
+    #[test]
+    fn block_manager_keeps_its_books(ops in ops(), caching in any::<bool>(), bs in prop::sample::select(vec![1usize, 4, 16])) {
+        let mut bm = BlockManager::new(40, bs, caching);
+        let prefixes: Vec<Vec<u32>> = (0..3).map(|p| (0..64).map(|t| (t * 7 + p * 1000) as u32).collect()).collect();
+        let mut live: Vec<(BlockTable, Vec<u32>, usize)> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Alloc { len, prefix } => {
+                    let mut toks = prefixes[prefix].clone();
+                    toks.truncate(len.min(64));
+                    toks.extend((0..len.saturating_sub(64)).map(|i| i as u32 + 5000));
+                    let cached = bm.cached_prefix(&toks);
+                    prop_assert!(cached.0.len() * bs < toks.len(), "a hit must leave a token to compute");
+                    if bm.can_allocate(&cached.0, toks.len()) {
+                        let mut t = BlockTable::default();
+                        bm.allocate(&mut t, cached, toks.len());
+                        bm.cache_full_blocks(&mut t, &toks, toks.len());
+                        let n = toks.len();
+                        live.push((t, toks, n));
+                    }
+                }
+                Op::Append(i, n) => {
+                    if let Some((t, toks, computed)) = live.get_mut(i) {
+                        let total = *computed + n;
+                        if bm.can_append(t, total) {
+                            bm.may_append(t, total);
+                            toks.extend((0..n).map(|k| (k * 31 + total) as u32));
+                            *computed = total;
+                            bm.cache_full_blocks(t, toks, total);
+                        }
+                    }
+                }
+                Op::Free(i) => {
+                    if i < live.len() {
+                        let (mut t, _, _) = live.remove(i);
+                        bm.deallocate(&mut t);
+                    }
+                }
+            }
+            bm.check_consistency(live.iter().map(|(t, _, _)| t)).map_err(TestCaseError::fail)?;
+        }
+        for (t, _, _) in &mut live {
+            bm.deallocate(t);
+        }
+        bm.check_consistency(std::iter::empty()).map_err(TestCaseError::fail)?;
+        bm.reset_prefix_cache();
+        prop_assert_eq!(bm.num_free_blocks(), 40);
+    }
+
+    /// Over random arrivals: the token budget and max_num_seqs hold every step,
+    /// the block books balance, and every admitted request finishes.
+    #[test]
+    fn scheduler_respects_budget_and_finishes_everything(
+        reqs in prop::collection::vec((1usize..120, 1usize..40, 0usize..4), 1..30),
+        budget in 1usize..96,
+        max_seqs in 1usize..8,
+        blocks in 16usize..48,
+        caching in any::<bool>(),
+    ) {
+        let bs = 8;
+        let cfg = SchedulerConfig { max_num_batched_tokens: budget, max_num_seqs: max_seqs, max_model_len: blocks * bs };
+        let mut s = Scheduler::new(cfg, BlockManager::new(blocks, bs, caching));
+        let mut pending: Vec<Sequence> = reqs
+            .iter()
+            .enumerate()
+            .filter(|(_, (p, o, _))| p + o <= blocks * bs)
+            .map(|(i, &(p, o, pre))| {
+                let prompt: Vec<u32> = (0..p).map(|t| if t < 40 { (t + pre * 100) as u32 } else { (t * 13 + i) as u32 }).collect();
+                let params = SamplingParams { max_tokens: Some(o), ..SamplingParams::greedy() };
+                Sequence::new(i as u64, prompt, params, p + o)
+            })
+            .collect();
+        let admitted = pending.len();
+        let mut finished = 0;
+        let mut step = 0u64;
+        while !pending.is_empty() || s.has_unfinished() {
+            // Requests arrive over time.
+            if let Some(seq) = (step % 3 == 0).then(|| pending.pop()).flatten() {
+                s.add(seq);
+            }
+            step += 1;
+            prop_assert!(step < 20_000, "no progress");
+            let out = s.schedule();
+            let total: usize = out.scheduled.iter().map(|(_, n)| n).sum();
+            prop_assert!(total <= budget, "{} tokens over a budget of {}", total, budget);
+            prop_assert!(s.running.len() <= max_seqs);
+            // Work waiting and nothing running: the step must admit something.
+            if s.has_unfinished() && out.preempted.is_empty() {
+                prop_assert!(!out.is_empty(), "an idle step with work waiting");
+            }
+            let mut done = Vec::new();
+            for &(id, n) in &out.scheduled {
+                let seq = s.seqs.get_mut(&id).unwrap();
+                prop_assert!(seq.num_computed_tokens + n <= seq.num_tokens());
+                prop_assert!(seq.block_table.blocks.len() * bs >= seq.num_computed_tokens + n);
+                seq.num_computed_tokens += n;
+                s.blocks.cache_full_blocks(&mut seq.block_table, &seq.token_ids, seq.num_computed_tokens);
+                if seq.num_computed_tokens == seq.num_tokens() {
+                    let next = (seq.num_tokens() * 2654435761usize % 50000) as u32;
+                    seq.token_ids.push(next);
+                    if seq.num_tokens() >= seq.max_total_tokens {
+                        done.push(id);
+                    }
+                }
+            }
+            for id in done {
+                s.finish(id);
+                finished += 1;
+            }
+            s.blocks.check_consistency(s.seqs.values().map(|q| &q.block_table)).map_err(TestCaseError::fail)?;
+            // With nothing running and something waiting, the head must be admissible next step.
+            if s.running.is_empty() && !s.waiting.is_empty() {
+                let head = &s.seqs[&s.waiting[0]];
+                prop_assert!(head.num_tokens() <= blocks * bs);
+            }
+        }
+        prop_assert_eq!(finished, admitted);
+        s.blocks.reset_prefix_cache();
+        prop_assert_eq!(s.blocks.num_free_blocks(), blocks);
+    }
+}
