@@ -105,7 +105,7 @@ proptest! {
         let mut step = 0u64;
         while !pending.is_empty() || s.has_unfinished() {
             // Requests arrive over time.
-            if let Some(seq) = (step % 3 == 0).then(|| pending.pop()).flatten() {
+            if let Some(seq) = step.is_multiple_of(3).then(|| pending.pop()).flatten() {
                 s.add(seq);
             }
             step += 1;
