@@ -1,0 +1,173 @@
+//! The engine on the default model: batch invariance with chunked prefill and
+//! preemption, prefix caching, stop strings and stop reasons.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::*;
+use rand::Rng;
+use wllm::engine::LlmEngine;
+use wllm::{EngineConfig, FinishReason, Prompt, RequestOutput, SamplingParams};
+
+fn config(kv_tokens: usize, budget: usize, max_model_len: usize) -> EngineConfig {
+    EngineConfig {
+        model: default_model_path(),
+        kv_cache_memory: Some((kv_tokens * 46080) as u64),
+        max_num_batched_tokens: budget,
+        max_num_seqs: 16,
+        max_model_len: Some(max_model_len),
+        ..Default::default()
+    }
+}
+
+fn run_all(core: &mut LlmEngine, reqs: &[(Vec<u32>, SamplingParams)]) -> Vec<Vec<RequestOutput>> {
+    let ids: Vec<u64> = reqs
+        .iter()
+        .map(|(p, s)| core.add_request(p.clone(), s.clone()).unwrap())
+        .collect();
+    let mut out: HashMap<u64, Vec<RequestOutput>> = HashMap::new();
+    while core.has_unfinished() {
+        for o in core.step().unwrap() {
+            out.entry(o.id).or_default().push(o);
+        }
+        core.check_blocks().unwrap();
+    }
+    ids.iter().map(|id| out.remove(id).unwrap_or_default()).collect()
+}
+
+fn tokens(outs: &[RequestOutput]) -> Vec<u32> {
+    outs.iter().flat_map(|o| o.token_ids.clone()).collect()
+}
+
+#[test]
+fn sixteen_requests_match_their_solo_runs() {
+    let mut r = rng(5);
+    let shared: Vec<u32> = (0..150).map(|_| r.random_range(100..40000)).collect();
+    let reqs: Vec<(Vec<u32>, SamplingParams)> = (0..16)
+        .map(|i| {
+            let len = [1, 300, 17, 150, 64, 250, 3, 120, 199, 33, 80, 280, 8, 160, 45, 100][i];
+            let mut p: Vec<u32> = (0..len).map(|_| r.random_range(100..40000)).collect();
+            if i % 4 == 1 {
+                let k = len.min(150);
+                p[..k].copy_from_slice(&shared[..k]);
+            }
+            let mut s = SamplingParams::greedy();
+            s.max_tokens = Some(6 + i % 8);
+            s.ignore_eos = true;
+            (p, s)
+        })
+        .collect();
+    let ks = &kernels().ctx;
+    let mut solo_engine = LlmEngine::with_context(ks, &config(1024, 512, 1024)).unwrap();
+    let solo: Vec<Vec<u32>> = reqs
+        .iter()
+        .map(|q| tokens(&run_all(&mut solo_engine, std::slice::from_ref(q)).remove(0)))
+        .collect();
+    drop(solo_engine);
+    // 320 KV tokens for ~2000 prompt tokens, 64-token steps.
+    let mut core = LlmEngine::with_context(ks, &config(320, 64, 320)).unwrap();
+    let together: Vec<Vec<u32>> = run_all(&mut core, &reqs).iter().map(|o| tokens(o)).collect();
+    eprintln!(
+        "default model, 16 requests: {} preemptions, {} steps, {} prefix-cache hit tokens",
+        core.metrics.num_preemptions_total, core.metrics.num_steps_total, core.metrics.prefix_cache_hits_total
+    );
+    assert!(
+        core.metrics.num_preemptions_total > 0,
+        "the pool was meant to force preemption"
+    );
+    for i in 0..16 {
+        assert_eq!(solo[i], together[i], "request {i} ({} prompt tokens)", reqs[i].0.len());
+    }
+    core.reset_prefix_cache();
+    core.check_blocks().unwrap();
+    assert_eq!(
+        core.scheduler.blocks.num_free_blocks(),
+        core.scheduler.blocks.num_blocks()
+    );
+}
+
+#[test]
+fn prefix_cache_skips_a_shared_512_token_prefix() {
+    let mut core = LlmEngine::with_context(&kernels().ctx, &config(2048, 512, 2048)).unwrap();
+    let mut r = rng(8);
+    let prefix: Vec<u32> = (0..512).map(|_| r.random_range(100..40000)).collect();
+    let with = |suffix: &[u32]| [prefix.clone(), suffix.to_vec()].concat();
+    let mut s = SamplingParams::greedy();
+    s.max_tokens = Some(2);
+    let first = run_all(&mut core, &[(with(&[11, 12, 13]), s.clone())]).remove(0);
+    assert_eq!(first.last().unwrap().metrics.as_ref().unwrap().num_cached_tokens, 0);
+    let steps_before = core.metrics.num_steps_total;
+    let hits_before = core.metrics.prefix_cache_hits_total;
+    let second = run_all(&mut core, &[(with(&[21, 22, 23, 24, 25]), s.clone())]).remove(0);
+    let m = second.last().unwrap().metrics.clone().unwrap();
+    // 512 tokens = 32 full blocks come from the cache; 5 are computed.
+    assert_eq!(m.num_cached_tokens, 512);
+    assert_eq!(m.num_prompt_tokens - m.num_cached_tokens, 5);
+    assert_eq!(core.metrics.prefix_cache_hits_total - hits_before, 512);
+    // One step computes the 5 remaining tokens, one more the second output token.
+    assert_eq!(core.metrics.num_steps_total - steps_before, 2);
+    // The cached result equals a run without the cache.
+    let mut cold = LlmEngine::with_context(
+        &kernels().ctx,
+        &EngineConfig {
+            enable_prefix_caching: false,
+            ..config(2048, 512, 2048)
+        },
+    )
+    .unwrap();
+    let uncached = run_all(&mut cold, &[(with(&[21, 22, 23, 24, 25]), s.clone())]).remove(0);
+    assert_eq!(tokens(&second), tokens(&uncached));
+    // A different first token: no hit at all.
+    let mut changed = with(&[21, 22, 23, 24, 25]);
+    changed[0] += 1;
+    let third = run_all(&mut core, &[(changed, s)]).remove(0);
+    assert_eq!(third.last().unwrap().metrics.as_ref().unwrap().num_cached_tokens, 0);
+}
+
+#[test]
+fn stop_strings_are_never_half_emitted() {
+    let mut core = LlmEngine::with_context(&kernels().ctx, &config(1024, 256, 1024)).unwrap();
+    let prompt = core.tokenize(&Prompt::Text("1, 2, 3, 4, 5,".into())).unwrap();
+    let plain = SamplingParams {
+        max_tokens: Some(12),
+        ..SamplingParams::greedy()
+    };
+    let full: String = run_all(&mut core, &[(prompt.clone(), plain)])
+        .remove(0)
+        .iter()
+        .map(|o| o.text.clone())
+        .collect();
+    assert!(full.starts_with(" 6, 7, 8, 9"), "{full:?}");
+    let s = SamplingParams {
+        max_tokens: Some(30),
+        stop: vec!["8, 9".into()],
+        ..SamplingParams::greedy()
+    };
+    let outs = run_all(&mut core, &[(prompt.clone(), s)]).remove(0);
+    let text: String = outs.iter().map(|o| o.text.clone()).collect();
+    assert_eq!(text, " 6, 7, ");
+    assert!(
+        outs.iter().all(|o| !o.text.contains('8')),
+        "a piece of the stop string was streamed"
+    );
+    assert_eq!(outs.last().unwrap().finish_reason, Some(FinishReason::Stop));
+    // Length: max_tokens reached.
+    let s = SamplingParams {
+        max_tokens: Some(3),
+        ..SamplingParams::greedy()
+    };
+    let outs = run_all(&mut core, &[(prompt.clone(), s)]).remove(0);
+    assert_eq!(tokens(&outs).len(), 3);
+    assert_eq!(outs.last().unwrap().finish_reason, Some(FinishReason::Length));
+    // A stop token id ends the request with "stop" and the token included.
+    let stop_id = tokens(&outs)[1];
+    let s = SamplingParams {
+        max_tokens: Some(10),
+        stop_token_ids: vec![stop_id],
+        ..SamplingParams::greedy()
+    };
+    let outs = run_all(&mut core, &[(prompt, s)]).remove(0);
+    assert_eq!(tokens(&outs).len(), 2);
+    assert_eq!(outs.last().unwrap().finish_reason, Some(FinishReason::Stop));
+}
