@@ -208,6 +208,16 @@ impl Tokenizer {
         self.inner.get_vocab_size(true)
     }
 
+    /// Writes the tokenizer as a Hugging Face tokenizer.json.
+    pub fn save_json(&self, path: &Path) -> Result<(), TokenizerError> {
+        self.inner.save(path, false).map_err(build_err)
+    }
+
+    /// The BOS and EOS token strings.
+    pub fn special_token_strings(&self) -> (&str, &str) {
+        (&self.bos_token, &self.eos_token)
+    }
+
     /// The string a token id stands for, if any.
     pub fn id_to_token(&self, id: u32) -> Option<String> {
         self.inner.id_to_token(id)
