@@ -9,18 +9,27 @@ use wllm::tokenizer::{IncrementalDecoder, Tokenizer};
 #[test]
 fn incremental_decoding_emits_whole_characters_only() {
     let files = ModelFiles::open(&default_model_path()).unwrap();
-    let ModelFiles::Gguf { file, .. } = &files else { panic!("GGUF expected") };
+    let ModelFiles::Gguf { file, .. } = &files else {
+        panic!("GGUF expected")
+    };
     let tok = Tokenizer::from_gguf(file).unwrap();
-    for text in ["naïve café 🙂 and 日本語のテキスト, émojis 🎉🎉!", "plain ascii text", "Ünïcödé\n\ttabs 🙂"] {
+    for text in [
+        "naïve café 🙂 and 日本語のテキスト, émojis 🎉🎉!",
+        "plain ascii text",
+        "Ünïcödé\n\ttabs 🙂",
+    ] {
         let prompt = tok.encode("Say:").unwrap();
-        let gen = tok.encode(text).unwrap();
+        let generated = tok.encode(text).unwrap();
         let mut ids = prompt.clone();
         let mut dec = IncrementalDecoder::new(prompt.len());
         let mut out = String::new();
-        for &t in &gen {
+        for &t in &generated {
             ids.push(t);
             let d = dec.step(&tok, &ids);
-            assert!(!d.contains('\u{FFFD}'), "{text:?}: delta {d:?} holds a broken character");
+            assert!(
+                !d.contains('\u{FFFD}'),
+                "{text:?}: delta {d:?} holds a broken character"
+            );
             out.push_str(&d);
         }
         assert_eq!(out, text);
