@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod model;
 pub mod quant;
 pub mod sampling;
+pub mod server;
 pub mod tokenizer;
 
 pub use engine::{

@@ -25,6 +25,8 @@ enum Command {
     Generate(cli::generate::GenerateArgs),
     /// Print the model's shape, the adapter and the KV-cache plan.
     Info(cli::info::InfoArgs),
+    /// Serve the OpenAI-compatible HTTP API.
+    Serve(cli::serve::ServeArgs),
 }
 
 fn main() {
@@ -37,6 +39,7 @@ fn main() {
         Some(Command::Chat(a)) => cli::chat::run(&a),
         Some(Command::Generate(a)) => cli::generate::run(&a),
         Some(Command::Info(a)) => cli::info::run(&a),
+        Some(Command::Serve(a)) => cli::serve::run(&a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -3,6 +3,7 @@
 pub mod chat;
 pub mod generate;
 pub mod info;
+pub mod serve;
 
 use std::path::PathBuf;
 

@@ -1,0 +1,420 @@
+//! `/v1/completions` and `/v1/chat/completions`: request → one engine stream per
+//! choice → a JSON body, or SSE chunks ending in `data: [DONE]`.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::error::ApiError;
+use super::protocol::*;
+use super::{AppState, InFlight};
+use crate::sampling::SampledLogprobs;
+use crate::{ChatMessage, EngineError, FinishReason, Prompt, RequestOutput, RequestStream, SamplingParams};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Api {
+    Completion,
+    Chat,
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("malformed request body: {e}"), None))
+}
+
+fn check_model(s: &AppState, model: &Option<String>) -> Result<(), ApiError> {
+    match model {
+        Some(m) if m != &s.cfg.served_model_name => Err(ApiError::not_found(format!(
+            "the model `{m}` does not exist; this server serves `{}`",
+            s.cfg.served_model_name
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn sampling(c: &CommonParams, max_tokens: Option<usize>, logprobs: Option<usize>) -> Result<SamplingParams, ApiError> {
+    let top_k = match c.top_k {
+        None | Some(-1) | Some(0) => 0,
+        Some(k) if k > 0 => k as usize,
+        Some(k) => {
+            return Err(ApiError::bad_request(
+                format!("top_k must be -1 or positive, got {k}"),
+                Some("top_k"),
+            ));
+        }
+    };
+    let p = SamplingParams {
+        max_tokens,
+        temperature: c.temperature.unwrap_or(1.0),
+        top_k,
+        top_p: c.top_p.unwrap_or(1.0),
+        min_p: c.min_p.unwrap_or(0.0),
+        repetition_penalty: c.repetition_penalty.unwrap_or(1.0),
+        presence_penalty: c.presence_penalty.unwrap_or(0.0),
+        frequency_penalty: c.frequency_penalty.unwrap_or(0.0),
+        seed: c.seed,
+        stop: match &c.stop {
+            None => Vec::new(),
+            Some(StopInput::One(s)) => vec![s.clone()],
+            Some(StopInput::Many(v)) => v.clone(),
+        },
+        stop_token_ids: c.stop_token_ids.clone().unwrap_or_default(),
+        ignore_eos: c.ignore_eos.unwrap_or(false),
+        logprobs,
+    };
+    p.validate().map_err(|e| ApiError::bad_request(e.to_string(), None))?;
+    Ok(p)
+}
+
+fn n_of(c: &CommonParams) -> Result<usize, ApiError> {
+    match c.n.unwrap_or(1) {
+        0 => Err(ApiError::bad_request("n must be at least 1", Some("n"))),
+        n if n > 64 => Err(ApiError::bad_request(
+            format!("n must be at most 64, got {n}"),
+            Some("n"),
+        )),
+        n => Ok(n),
+    }
+}
+
+/// Starts `n` streams per prompt; choice index = prompt * n + i.
+fn start(s: &AppState, prompts: Vec<Prompt>, p: &SamplingParams, n: usize) -> Result<Vec<RequestStream>, ApiError> {
+    let mut streams = Vec::new();
+    for prompt in prompts {
+        for i in 0..n {
+            let mut pi = p.clone();
+            pi.seed = p.seed.map(|seed| seed.wrapping_add(i as u64));
+            streams.push(s.engine.generate(prompt.clone(), pi)?);
+        }
+    }
+    Ok(streams)
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn request_id(api: Api) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let prefix = if api == Api::Chat { "chatcmpl" } else { "cmpl" };
+    format!("{prefix}-{:x}{:06x}", now_secs(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+pub async fn completions(State(s): State<Arc<AppState>>, body: Bytes) -> Result<Response, ApiError> {
+    let guard = InFlight::enter(&s)?;
+    let req: CompletionRequest = parse(&body)?;
+    check_model(&s, &req.common.model)?;
+    let prompts = match req.prompt {
+        PromptInput::Text(t) => vec![Prompt::Text(t)],
+        PromptInput::Texts(v) => v.into_iter().map(Prompt::Text).collect(),
+        PromptInput::Tokens(t) => vec![Prompt::Tokens(t)],
+        PromptInput::TokenLists(v) => v.into_iter().map(Prompt::Tokens).collect(),
+    };
+    if prompts.is_empty() {
+        return Err(ApiError::bad_request("prompt must not be empty", Some("prompt")));
+    }
+    let p = sampling(&req.common, Some(req.common.max_tokens.unwrap_or(16)), req.logprobs)?;
+    let n = n_of(&req.common)?;
+    let streams = start(&s, prompts, &p, n)?;
+    respond(s, guard, Api::Completion, streams, &req.common, req.logprobs.is_some()).await
+}
+
+fn message_text(c: &ContentInput) -> Result<String, ApiError> {
+    match c {
+        ContentInput::Text(t) => Ok(t.clone()),
+        ContentInput::Null => Ok(String::new()),
+        ContentInput::Parts(parts) => {
+            let mut out = String::new();
+            for part in parts {
+                match (part["type"].as_str(), part["text"].as_str()) {
+                    (Some("text"), Some(t)) => out.push_str(t),
+                    (kind, _) => {
+                        return Err(ApiError::bad_request(
+                            format!("content part of type {kind:?} is not supported (text only)"),
+                            Some("messages"),
+                        ));
+                    }
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
+pub async fn chat_completions(State(s): State<Arc<AppState>>, body: Bytes) -> Result<Response, ApiError> {
+    let guard = InFlight::enter(&s)?;
+    let req: ChatRequest = parse(&body)?;
+    check_model(&s, &req.common.model)?;
+    if req.messages.is_empty() {
+        return Err(ApiError::bad_request("messages must not be empty", Some("messages")));
+    }
+    let messages = req
+        .messages
+        .iter()
+        .map(|m| {
+            Ok(ChatMessage {
+                role: m.role.clone(),
+                content: message_text(&m.content)?,
+            })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    let logprobs = req.logprobs.then(|| req.top_logprobs.unwrap_or(0));
+    let p = sampling(
+        &req.common,
+        req.max_completion_tokens.or(req.common.max_tokens),
+        logprobs,
+    )?;
+    let n = n_of(&req.common)?;
+    let streams = start(&s, vec![Prompt::Chat(messages)], &p, n)?;
+    respond(s, guard, Api::Chat, streams, &req.common, req.logprobs).await
+}
+
+/// Awaits the next output of a stream.
+async fn next(stream: &mut RequestStream) -> Option<Result<RequestOutput, EngineError>> {
+    std::future::poll_fn(|cx| futures_core::Stream::poll_next(Pin::new(&mut *stream), cx)).await
+}
+
+fn finish_str(f: Option<FinishReason>) -> Value {
+    match f {
+        Some(FinishReason::Stop) => json!("stop"),
+        Some(FinishReason::Length) => json!("length"),
+        Some(FinishReason::Abort) => json!("abort"),
+        None => Value::Null,
+    }
+}
+
+fn logprobs_json(s: &AppState, api: Api, lps: &[SampledLogprobs], offset: &mut usize) -> Value {
+    let tok = s.engine.tokenizer();
+    let text = |id: u32| tok.decode(&[id]);
+    match api {
+        Api::Chat => {
+            let content: Vec<Value> = lps
+                .iter()
+                .map(|l| {
+                    let t = text(l.chosen.token_id);
+                    json!({
+                        "token": t,
+                        "logprob": l.chosen.logprob,
+                        "bytes": t.as_bytes(),
+                        "top_logprobs": l.top.iter().map(|x| {
+                            let tt = text(x.token_id);
+                            json!({"token": tt, "logprob": x.logprob, "bytes": tt.as_bytes()})
+                        }).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            json!({ "content": content })
+        }
+        Api::Completion => {
+            let mut tokens = Vec::new();
+            let mut token_logprobs = Vec::new();
+            let mut top = Vec::new();
+            let mut offsets = Vec::new();
+            for l in lps {
+                let t = text(l.chosen.token_id);
+                offsets.push(*offset);
+                *offset += t.len();
+                tokens.push(t);
+                token_logprobs.push(l.chosen.logprob);
+                let m: serde_json::Map<String, Value> =
+                    l.top.iter().map(|x| (text(x.token_id), json!(x.logprob))).collect();
+                top.push(Value::Object(m));
+            }
+            json!({"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top, "text_offset": offsets})
+        }
+    }
+}
+
+async fn respond(
+    s: Arc<AppState>,
+    guard: InFlight,
+    api: Api,
+    streams: Vec<RequestStream>,
+    c: &CommonParams,
+    want_logprobs: bool,
+) -> Result<Response, ApiError> {
+    let id = request_id(api);
+    let model = s.cfg.served_model_name.clone();
+    let created = now_secs();
+    // Streams come n per prompt: count each prompt's tokens once.
+    let n = c.n.unwrap_or(1).max(1);
+    let prompt_tokens: usize = streams.iter().step_by(n).map(|st| st.prompt_token_ids().len()).sum();
+    if c.stream {
+        let include_usage = c.stream_options.as_ref().is_some_and(|o| o.include_usage);
+        let (tx, rx) = mpsc::channel::<Event>(64);
+        let meta = ChunkMeta {
+            id,
+            model,
+            created,
+            prompt_tokens,
+        };
+        tokio::spawn(stream_choices(
+            s,
+            guard,
+            api,
+            streams,
+            tx,
+            meta,
+            include_usage,
+            want_logprobs,
+        ));
+        return Ok(Sse::new(EventStream(rx)).into_response());
+    }
+    let mut choices = Vec::new();
+    let mut completion_tokens = 0;
+    for (index, mut st) in streams.into_iter().enumerate() {
+        let (mut text, mut finish, mut lps, mut ntok) = (String::new(), None, Vec::new(), 0);
+        while let Some(item) = next(&mut st).await {
+            let o = item?;
+            text.push_str(&o.text);
+            ntok += o.token_ids.len();
+            lps.extend(o.logprobs);
+            finish = finish.or(o.finish_reason);
+        }
+        completion_tokens += ntok;
+        let lp = if want_logprobs {
+            logprobs_json(&s, api, &lps, &mut 0)
+        } else {
+            Value::Null
+        };
+        choices.push(match api {
+            Api::Chat => json!({"index": index, "message": {"role": "assistant", "content": text}, "logprobs": lp, "finish_reason": finish_str(finish)}),
+            Api::Completion => json!({"index": index, "text": text, "logprobs": lp, "finish_reason": finish_str(finish)}),
+        });
+    }
+    drop(guard);
+    let object = if api == Api::Chat {
+        "chat.completion"
+    } else {
+        "text_completion"
+    };
+    let usage = Usage {
+        prompt_tokens,
+        completion_tokens,
+        total_tokens: prompt_tokens + completion_tokens,
+    };
+    Ok(axum::Json(
+        json!({"id": id, "object": object, "created": created, "model": model, "choices": choices, "usage": usage}),
+    )
+    .into_response())
+}
+
+/// What every chunk of one response repeats.
+struct ChunkMeta {
+    id: String,
+    model: String,
+    created: u64,
+    prompt_tokens: usize,
+}
+
+/// Forwards every choice's outputs as SSE chunks, then usage and `[DONE]`.
+#[allow(clippy::too_many_arguments)]
+async fn stream_choices(
+    s: Arc<AppState>,
+    _guard: InFlight,
+    api: Api,
+    streams: Vec<RequestStream>,
+    tx: mpsc::Sender<Event>,
+    meta: ChunkMeta,
+    include_usage: bool,
+    want_logprobs: bool,
+) {
+    let object = if api == Api::Chat {
+        "chat.completion.chunk"
+    } else {
+        "text_completion"
+    };
+    let ChunkMeta {
+        id,
+        model,
+        created,
+        prompt_tokens,
+    } = meta;
+    let chunk = |choices: Value, usage: Value| {
+        let mut v = json!({"id": id, "object": object, "created": created, "model": model, "choices": choices});
+        if !usage.is_null() {
+            v["usage"] = usage;
+        }
+        Event::default().data(v.to_string())
+    };
+    let (otx, mut orx) = mpsc::unbounded_channel::<(usize, Result<RequestOutput, EngineError>)>();
+    let n_choices = streams.len();
+    for (index, mut st) in streams.into_iter().enumerate() {
+        let otx = otx.clone();
+        tokio::spawn(async move {
+            while let Some(item) = next(&mut st).await {
+                if otx.send((index, item)).is_err() {
+                    return; // the client left: dropping `st` aborts the request
+                }
+            }
+        });
+    }
+    drop(otx);
+    if api == Api::Chat {
+        for index in 0..n_choices {
+            let c = json!([{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}]);
+            if tx.send(chunk(c, Value::Null)).await.is_err() {
+                return;
+            }
+        }
+    }
+    let mut completion_tokens = 0;
+    let mut offsets = vec![0usize; n_choices];
+    while let Some((index, item)) = orx.recv().await {
+        let o = match item {
+            Ok(o) => o,
+            Err(e) => {
+                let err =
+                    json!({"error": {"message": e.to_string(), "type": "server_error", "param": null, "code": "500"}});
+                let _ = tx.send(Event::default().data(err.to_string())).await;
+                return;
+            }
+        };
+        completion_tokens += o.token_ids.len();
+        let lp = if want_logprobs {
+            logprobs_json(&s, api, &o.logprobs, &mut offsets[index])
+        } else {
+            Value::Null
+        };
+        let c = match api {
+            Api::Chat => {
+                json!([{"index": index, "delta": {"content": o.text}, "logprobs": lp, "finish_reason": finish_str(o.finish_reason)}])
+            }
+            Api::Completion => {
+                json!([{"index": index, "text": o.text, "logprobs": lp, "finish_reason": finish_str(o.finish_reason)}])
+            }
+        };
+        if tx.send(chunk(c, Value::Null)).await.is_err() {
+            return; // dropping `orx` makes the forwarders stop and abort
+        }
+    }
+    if include_usage {
+        let u = Usage {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+        };
+        let _ = tx.send(chunk(json!([]), json!(u))).await;
+    }
+    let _ = tx.send(Event::default().data("[DONE]")).await;
+}
+
+/// The SSE body: events from the forwarding task.
+struct EventStream(mpsc::Receiver<Event>);
+
+impl futures_core::Stream for EventStream {
+    type Item = Result<Event, Infallible>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx).map(|e| e.map(Ok))
+    }
+}

@@ -1,0 +1,114 @@
+//! OpenAI-compatible request and response bodies (completions, chat
+//! completions, models, errors), with vLLM's extra sampling fields.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `prompt`: a string, a list of strings, token ids, or a list of token-id lists.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum PromptInput {
+    Text(String),
+    Texts(Vec<String>),
+    Tokens(Vec<u32>),
+    TokenLists(Vec<Vec<u32>>),
+}
+
+/// `stop`: one string or several.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum StopInput {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// Fields shared by both endpoints.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct CommonParams {
+    pub model: Option<String>,
+    pub max_tokens: Option<usize>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    /// vLLM: -1 or 0 disables.
+    pub top_k: Option<i64>,
+    pub min_p: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+    pub seed: Option<u64>,
+    pub stop: Option<StopInput>,
+    pub stop_token_ids: Option<Vec<u32>>,
+    pub n: Option<usize>,
+    #[serde(default)]
+    pub stream: bool,
+    pub stream_options: Option<StreamOptions>,
+    pub ignore_eos: Option<bool>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct CompletionRequest {
+    pub prompt: PromptInput,
+    /// Top-n logprobs per token (legacy completions API).
+    pub logprobs: Option<usize>,
+    #[serde(flatten)]
+    pub common: CommonParams,
+}
+
+/// A chat message's content: a string or a list of typed parts.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ContentInput {
+    Text(String),
+    Parts(Vec<Value>),
+    Null,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct ChatMessageIn {
+    pub role: String,
+    #[serde(default = "null_content")]
+    pub content: ContentInput,
+}
+
+fn null_content() -> ContentInput {
+    ContentInput::Null
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct ChatRequest {
+    pub messages: Vec<ChatMessageIn>,
+    pub max_completion_tokens: Option<usize>,
+    #[serde(default)]
+    pub logprobs: bool,
+    pub top_logprobs: Option<usize>,
+    #[serde(flatten)]
+    pub common: CommonParams,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub total_tokens: usize,
+}
+
+/// OpenAI's error object.
+#[derive(Clone, Debug, Serialize)]
+pub struct ErrorBody {
+    pub error: ErrorObject,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ErrorObject {
+    pub message: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub param: Option<String>,
+    pub code: Option<String>,
+}
