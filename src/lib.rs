@@ -12,6 +12,7 @@
 //! # Ok::<(), wllm::EngineError>(())
 //! ```
 
+pub mod client;
 pub mod engine;
 pub mod gpu;
 pub mod kernels;

@@ -1,0 +1,28 @@
+"""Drives a running wllm server with the official `openai` package:
+one streamed and one plain chat completion, one completion, models.list().
+Usage: python3 scripts/openai_smoke.py BASE_URL MODEL"""
+import sys
+
+from openai import OpenAI
+
+base, model = sys.argv[1], sys.argv[2]
+client = OpenAI(base_url=base, api_key="unused")
+
+models = [m.id for m in client.models.list()]
+assert model in models, models
+
+msgs = [{"role": "user", "content": "What is the capital of France?"}]
+plain = client.chat.completions.create(model=model, messages=msgs, max_tokens=12, temperature=0)
+text = plain.choices[0].message.content
+assert "Paris" in text, text
+assert plain.usage.completion_tokens > 0 and plain.choices[0].finish_reason in ("stop", "length")
+
+pieces = []
+for chunk in client.chat.completions.create(model=model, messages=msgs, max_tokens=12, temperature=0, stream=True):
+    if chunk.choices and chunk.choices[0].delta.content:
+        pieces.append(chunk.choices[0].delta.content)
+assert "".join(pieces) == text, ("".join(pieces), text)
+
+comp = client.completions.create(model=model, prompt="The capital of France is", max_tokens=4, temperature=0)
+assert comp.choices[0].text.startswith(" Paris"), comp.choices[0].text
+print("openai smoke: ok:", repr(text), repr(comp.choices[0].text), models)

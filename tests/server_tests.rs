@@ -1,0 +1,264 @@
+//! The HTTP server over real TCP on 127.0.0.1, driven by wllm's own client:
+//! every endpoint, streaming and not, SSE framing, error shapes, disconnects,
+//! and concurrent streams that each match the engine's solo output.
+
+mod common;
+
+use std::time::Duration;
+
+use common::tiny::{TinySpec, write_tiny_gguf};
+use common::*;
+use serde_json::{Value, json};
+use wllm::client::{get, post_json, post_raw, post_stream};
+use wllm::server::{ServerConfig, router};
+use wllm::{Engine, EngineConfig, Prompt, SamplingParams};
+
+struct Server {
+    base: String,
+    engine: Engine,
+    rt: tokio::runtime::Runtime,
+}
+
+fn start(name: &str, max_pending: usize) -> Server {
+    let dir = test_dir(name);
+    let model = write_tiny_gguf(&dir, "tiny.gguf", &TinySpec::default(), &mut rng(3));
+    let cfg = EngineConfig {
+        model,
+        kv_cache_memory: Some(4096 * 512),
+        max_model_len: Some(1024),
+        ..Default::default()
+    };
+    let engine = Engine::new(&cfg).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = router(
+        engine.clone(),
+        ServerConfig {
+            served_model_name: "tiny".into(),
+            max_pending_requests: max_pending,
+        },
+    );
+    rt.spawn(async move { axum::serve(listener, app).await });
+    Server {
+        base: format!("http://{addr}"),
+        engine,
+        rt,
+    }
+}
+
+fn solo(engine: &Engine, prompt: &str, max_tokens: usize) -> (String, Vec<u32>) {
+    let s = SamplingParams {
+        max_tokens: Some(max_tokens),
+        ignore_eos: true,
+        ..SamplingParams::greedy()
+    };
+    let r = engine
+        .generate(Prompt::Text(prompt.into()), s)
+        .unwrap()
+        .collect_all()
+        .unwrap();
+    (r.text, r.token_ids)
+}
+
+/// Reads an SSE response to the end; returns the parsed chunks and whether `[DONE]` closed it.
+async fn read_sse(url: &str, body: &Value) -> (Vec<Value>, bool) {
+    let mut r = post_stream(url, body).await.unwrap();
+    assert_eq!(r.status, 200);
+    let mut chunks = Vec::new();
+    let mut done = false;
+    while let Some(ev) = r.next_event().await.unwrap() {
+        assert!(!done, "data after [DONE]");
+        if ev == "[DONE]" {
+            done = true;
+        } else {
+            chunks.push(serde_json::from_str(&ev).unwrap_or_else(|e| panic!("chunk {ev:?} is not JSON: {e}")));
+        }
+    }
+    (chunks, done)
+}
+
+#[test]
+fn endpoints_answer_in_openai_shapes() {
+    let s = start("server_endpoints", 64);
+    let b = s.base.clone();
+    let (want_text, want_ids) = solo(&s.engine, "hello there", 10);
+    let n_prompt = s.engine.tokenize(&Prompt::Text("hello there".into())).unwrap().len();
+    s.rt.block_on(async {
+        assert_eq!(get(&format!("{b}/health")).await.unwrap().0, 200);
+        let (st, models) = get(&format!("{b}/v1/models")).await.unwrap();
+        assert_eq!(st, 200);
+        let models: Value = serde_json::from_str(&models).unwrap();
+        assert_eq!(models["data"][0]["id"], "tiny");
+        assert_eq!(models["object"], "list");
+
+        let body = json!({"model": "tiny", "prompt": "hello there", "max_tokens": 10, "temperature": 0, "ignore_eos": true});
+        let (st, v) = post_json(&format!("{b}/v1/completions"), &body).await.unwrap();
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["object"], "text_completion");
+        assert_eq!(v["choices"][0]["text"], want_text.as_str());
+        assert_eq!(v["choices"][0]["finish_reason"], "length");
+        assert_eq!(v["usage"]["completion_tokens"], want_ids.len());
+        assert_eq!(v["usage"]["prompt_tokens"], n_prompt);
+        assert_eq!(v["usage"]["total_tokens"], n_prompt + want_ids.len());
+
+        // Streamed completion: the same text, chunk by chunk.
+        let (chunks, done) = read_sse(&format!("{b}/v1/completions"), &json!({"prompt": "hello there", "max_tokens": 10, "temperature": 0, "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}})).await;
+        assert!(done);
+        let text: String = chunks.iter().filter_map(|c| c["choices"].get(0)).map(|c| c["text"].as_str().unwrap().to_string()).collect();
+        assert_eq!(text, want_text);
+        let usage = &chunks.last().unwrap()["usage"];
+        assert_eq!(usage["completion_tokens"], want_ids.len());
+
+        // Chat, plain and streamed, with n = 2 and logprobs.
+        let msgs = json!([{"role": "user", "content": "hi"}]);
+        let body = json!({"messages": msgs, "max_completion_tokens": 6, "temperature": 0, "n": 2, "logprobs": true, "top_logprobs": 3, "ignore_eos": true});
+        let (st, v) = post_json(&format!("{b}/v1/chat/completions"), &body).await.unwrap();
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["object"], "chat.completion");
+        assert_eq!(v["choices"].as_array().unwrap().len(), 2);
+        assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+        assert_eq!(v["choices"][0]["message"]["content"], v["choices"][1]["message"]["content"], "greedy choices agree");
+        let lp = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+        assert_eq!(lp.len(), 6);
+        assert_eq!(lp[0]["top_logprobs"].as_array().unwrap().len(), 3);
+        assert!(lp[0]["logprob"].as_f64().unwrap() <= 0.0);
+        assert_eq!(v["usage"]["completion_tokens"], 12);
+
+        let mut sbody = body.clone();
+        sbody["stream"] = json!(true);
+        sbody["n"] = json!(1);
+        let (chunks, done) = read_sse(&format!("{b}/v1/chat/completions"), &sbody).await;
+        assert!(done);
+        assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+        assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"));
+        let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+        assert_eq!(text, v["choices"][0]["message"]["content"].as_str().unwrap());
+        assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "length");
+
+        let (st, metrics) = get(&format!("{b}/metrics")).await.unwrap();
+        assert_eq!(st, 200);
+        for name in ["wllm:time_to_first_token_seconds_bucket", "wllm:inter_token_latency_seconds_count", "wllm:e2e_request_latency_seconds_sum", "wllm:num_requests_running", "wllm:kv_cache_usage_perc", "wllm:prompt_tokens_total", "wllm:generation_tokens_total", "wllm:prefix_cache_hits_total", "wllm:num_preemptions_total", "wllm:gpu_memory_reserved_bytes", "wllm:gpu_memory_allocated_peak_bytes"] {
+            assert!(metrics.contains(name), "/metrics lacks {name}");
+        }
+    });
+}
+
+#[test]
+fn errors_have_the_openai_shape_and_status() {
+    let s = start("server_errors", 64);
+    let b = s.base.clone();
+    s.rt.block_on(async {
+        let url = format!("{b}/v1/completions");
+        let check = |st: u16, v: &Value, want: u16| {
+            assert_eq!(st, want, "{v}");
+            assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+            assert!(v["error"]["type"].is_string(), "{v}");
+        };
+        let (st, text) = post_raw(&url, "{\"prompt\": ").await.unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        check(st, &v, 400);
+        assert!(v["error"]["message"].as_str().unwrap().contains("malformed"));
+        let (st, v) = post_json(&url, &json!({"prompt": "x", "model": "other"}))
+            .await
+            .unwrap();
+        check(st, &v, 404);
+        let (st, v) = post_json(&url, &json!({"prompt": "x", "temperature": -1}))
+            .await
+            .unwrap();
+        check(st, &v, 400);
+        let (st, v) = post_json(&url, &json!({"prompt": "x", "n": 0})).await.unwrap();
+        check(st, &v, 400);
+        let (st, v) = post_json(&url, &json!({"max_tokens": 3})).await.unwrap();
+        check(st, &v, 400);
+        let (st, v) = post_json(&url, &json!({"prompt": "a".repeat(1100), "max_tokens": 3}))
+            .await
+            .unwrap();
+        check(st, &v, 400);
+        let m = v["error"]["message"].as_str().unwrap();
+        assert!(m.contains("1100") && m.contains("1024"), "{m}");
+        let (st, v) = post_json(&format!("{b}/v1/chat/completions"), &json!({"messages": []}))
+            .await
+            .unwrap();
+        check(st, &v, 400);
+        let (st, _) = get(&format!("{b}/v1/nothing")).await.unwrap();
+        assert_eq!(st, 404);
+    });
+    // A server at its limit of requests in flight answers 503.
+    let s2 = start("server_overload", 0);
+    let b2 = s2.base.clone();
+    s2.rt.block_on(async {
+        let (st, v) = post_json(&format!("{b2}/v1/completions"), &json!({"prompt": "x"}))
+            .await
+            .unwrap();
+        assert_eq!(st, 503, "{v}");
+        assert_eq!(v["error"]["type"], "server_overloaded");
+    });
+}
+
+#[test]
+fn a_client_that_disconnects_frees_its_blocks() {
+    let s = start("server_disconnect", 64);
+    let b = s.base.clone();
+    s.rt.block_on(async {
+        let body =
+            json!({"prompt": "a long story", "max_tokens": 900, "temperature": 0, "ignore_eos": true, "stream": true});
+        let mut r = post_stream(&format!("{b}/v1/completions"), &body).await.unwrap();
+        assert!(r.next_event().await.unwrap().is_some());
+        drop(r);
+    });
+    let t0 = std::time::Instant::now();
+    loop {
+        let st = s.engine.block_stats().unwrap();
+        if st.num_live_sequences == 0 {
+            st.consistent.unwrap();
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the aborted request still holds blocks: {st:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s.engine.reset_prefix_cache().unwrap();
+    let st = s.engine.block_stats().unwrap();
+    assert_eq!(st.num_free, st.num_blocks);
+}
+
+#[test]
+fn concurrent_streams_each_match_the_solo_output() {
+    let s = start("server_concurrent", 64);
+    let prompts: Vec<String> = (0..8)
+        .map(|i| format!("prompt number {i} {}", "x".repeat(i * 37)))
+        .collect();
+    let want: Vec<String> = prompts.iter().map(|p| solo(&s.engine, p, 12).0).collect();
+    let b = s.base.clone();
+    let got: Vec<String> = s.rt.block_on(async {
+        let tasks: Vec<_> = prompts
+            .iter()
+            .map(|p| {
+                let url = format!("{b}/v1/completions");
+                let body = json!({"prompt": p, "max_tokens": 12, "temperature": 0, "ignore_eos": true, "stream": true});
+                tokio::spawn(async move {
+                    let (chunks, done) = read_sse(&url, &body).await;
+                    assert!(done);
+                    chunks
+                        .iter()
+                        .filter_map(|c| c["choices"].get(0))
+                        .map(|c| c["text"].as_str().unwrap().to_string())
+                        .collect::<String>()
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    });
+    assert_eq!(got, want);
+}
