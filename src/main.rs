@@ -27,6 +27,9 @@ enum Command {
     Info(cli::info::InfoArgs),
     /// Serve the OpenAI-compatible HTTP API.
     Serve(cli::serve::ServeArgs),
+    /// Benchmarks: `bench serve` (concurrency sweep over HTTP), `bench prefix` (prefix cache).
+    #[command(subcommand)]
+    Bench(cli::bench::BenchCommand),
 }
 
 fn main() {
@@ -40,6 +43,7 @@ fn main() {
         Some(Command::Generate(a)) => cli::generate::run(&a),
         Some(Command::Info(a)) => cli::info::run(&a),
         Some(Command::Serve(a)) => cli::serve::run(&a),
+        Some(Command::Bench(c)) => cli::bench::run(&c),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

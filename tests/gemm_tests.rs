@@ -92,7 +92,7 @@ fn gemm_aligned_k_uses_vector_loads() {
 }
 
 /// Row i computed alone (T = 1, decode path) equals row i inside a T = 64 batch
-/// (prefill path) and inside T = 3, bit for bit.
+/// (prefill path) and inside T = 3 under every row tile, bit for bit.
 #[test]
 fn gemm_is_batch_invariant() {
     let ks = kernels();
@@ -110,13 +110,19 @@ fn gemm_is_batch_invariant() {
             let batch: Vec<f32> = run_read(enc, &[(&batch, t * n)]).remove(0);
             for row in [0usize, 5, 31, 63] {
                 let xi = upload(&x[row * k..(row + 1) * k]);
-                let (one, three) = (zeros(n), zeros(3 * n));
+                let one = zeros(n);
                 let x3 = upload(&x[row.min(61) * k..(row.min(61) + 3) * k]);
                 let mut enc = encoder();
                 ks.gemm(&mut enc, &w, Rows::new(&xi, k), Rows::new(&one, n), 1).unwrap();
-                ks.gemm_with(&mut enc, &w, Rows::new(&x3, k), Rows::new(&three, n), 3, false)
-                    .unwrap();
-                let out: Vec<Vec<f32>> = run_read(enc, &[(&one, n), (&three, 3 * n)]);
+                let tiles = ks.row_tiles(&w);
+                let threes: Vec<wgpu::Buffer> = tiles.iter().map(|_| zeros(3 * n)).collect();
+                for (tm, out3) in tiles.iter().zip(&threes) {
+                    ks.gemm_with(&mut enc, &w, Rows::new(&x3, k), Rows::new(out3, n), 3, *tm)
+                        .unwrap();
+                }
+                let mut reads = vec![(&one, n)];
+                reads.extend(threes.iter().map(|b| (b, 3 * n)));
+                let out: Vec<Vec<f32>> = run_read(enc, &reads);
                 let want = &batch[row * n..(row + 1) * n];
                 assert_eq!(
                     bits(&out[0]),
@@ -124,11 +130,14 @@ fn gemm_is_batch_invariant() {
                     "{format:?} K={k}: row {row} alone differs from the batch"
                 );
                 let r3 = row - row.min(61);
-                assert_eq!(
-                    bits(&out[1][r3 * n..(r3 + 1) * n]),
-                    bits(want),
-                    "{format:?} K={k}: row {row} in T=3 differs"
-                );
+                for (i, tm) in tiles.iter().enumerate() {
+                    let got = &out[i + 1][r3 * n..(r3 + 1) * n];
+                    assert_eq!(
+                        bits(got),
+                        bits(want),
+                        "{format:?} K={k}: row {row} in T=3 with row tile {tm} differs"
+                    );
+                }
             }
         }
     }

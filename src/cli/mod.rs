@@ -1,8 +1,12 @@
 //! Subcommands of the binary, and the engine flags they share.
 
+pub mod bench;
+pub mod bench_prefix;
+pub mod bench_serve;
 pub mod chat;
 pub mod generate;
 pub mod info;
+pub mod plot;
 pub mod serve;
 
 use std::path::PathBuf;

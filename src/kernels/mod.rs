@@ -39,8 +39,6 @@ impl<'a> Rows<'a> {
 /// Register-tile shapes of the gemm, chosen per adapter class.
 #[derive(Clone, Copy, Debug)]
 pub struct GemmTiles {
-    /// T at or below which the decode (TM = 1) variant runs.
-    pub decode_max_t: u32,
     pub decode_tn: u32,
     pub prefill_tm: u32,
     pub prefill_tn: u32,
@@ -56,7 +54,6 @@ impl GemmTiles {
             (v.len() == 5 && !v.contains(&0)).then_some(v)
         }) {
             return Self {
-                decode_max_t: 4,
                 decode_tn: v[0],
                 prefill_tm: v[1],
                 prefill_tn: v[2],
@@ -68,7 +65,6 @@ impl GemmTiles {
             // lavapipe: one workgroup runs on one thread as 8 SIMD lanes; big
             // register tiles amortise loads (see DESIGN.md, "what a probe found").
             Self {
-                decode_max_t: 4,
                 decode_tn: 16,
                 prefill_tm: 32,
                 prefill_tn: 16,
@@ -77,7 +73,6 @@ impl GemmTiles {
             }
         } else {
             Self {
-                decode_max_t: 4,
                 decode_tn: 4,
                 prefill_tm: 8,
                 prefill_tn: 8,
@@ -231,20 +226,36 @@ impl Kernels {
         })
     }
 
-    fn gemm_variant(&self, w: &GpuWeight, t: u32, x: Rows, decode: bool) -> GemmVariant {
-        let _ = t;
+    /// The row tiles (TM) the gemm of `w` uses: 1 for decodes, 4 / 8 / 16 for
+    /// small batches (each weight load serves every row of the tile), and the
+    /// prefill tile. Every tile gives the same bits (see gemm.wgsl).
+    pub fn row_tiles(&self, w: &GpuWeight) -> Vec<u32> {
+        let max = if w.format.is_quantized() {
+            self.tiles.quant_prefill_tm
+        } else {
+            self.tiles.prefill_tm
+        };
+        let mut v: Vec<u32> = [1, 4, 8, 16].into_iter().filter(|&m| m < max).collect();
+        v.push(max);
+        v
+    }
+
+    /// The row tile for `t` rows: the smallest that holds them, else the largest.
+    pub fn row_tile(&self, w: &GpuWeight, t: u32) -> u32 {
+        let tiles = self.row_tiles(w);
+        tiles
+            .iter()
+            .copied()
+            .find(|&m| m >= t)
+            .unwrap_or(*tiles.last().expect("at least one tile"))
+    }
+
+    fn gemm_variant(&self, w: &GpuWeight, x: Rows, tm: u32) -> GemmVariant {
         let tl = self.tiles;
-        let q = w.format.is_quantized();
         GemmVariant {
             format: w.format,
-            tm: if decode {
-                1
-            } else if q {
-                tl.quant_prefill_tm
-            } else {
-                tl.prefill_tm
-            },
-            tn: if decode { tl.decode_tn } else { tl.prefill_tn },
+            tm,
+            tn: if tm == 1 { tl.decode_tn } else { tl.prefill_tn },
             wg: tl.wg,
             x_vec: w.k.is_multiple_of(8) && x.stride.is_multiple_of(4) && x.off.is_multiple_of(4),
         }
@@ -282,15 +293,14 @@ impl Kernels {
         Ok(k)
     }
 
-    /// Compiles and warms the gemm variants (decode and prefill) `w` will use.
+    /// Compiles and warms every gemm variant (row tile) `w` will use.
     pub fn prepare_gemm(&self, w: &GpuWeight) -> Result<(), GpuError> {
         let x = self.scratch((w.k.div_ceil(8) * 8 * 4) as u64);
         let y = self.scratch(4 * 64);
         let mut enc = StepEncoder::new(&self.ctx);
-        for decode in [true, false] {
+        for tm in self.row_tiles(w) {
             let xr = Rows::new(&x, w.k.div_ceil(8) * 8);
-            self.gemm_kernel(self.gemm_variant(w, 1, xr, decode))?;
-            self.gemm_with(&mut enc, w, xr, Rows::new(&y, 1), 1, decode)?;
+            self.gemm_with(&mut enc, w, xr, Rows::new(&y, 1), 1, tm)?;
         }
         enc.submit_and_read(&[])?;
         Ok(())
@@ -306,12 +316,12 @@ impl Kernels {
         Ok(())
     }
 
-    /// Y[t, :N] = X[t, :K] · Wᵀ for `t` rows; the path (decode or prefill) follows `t`.
+    /// Y[t, :N] = X[t, :K] · Wᵀ for `t` rows; the row tile follows `t`.
     pub fn gemm(&self, enc: &mut StepEncoder, w: &GpuWeight, x: Rows, y: Rows, t: u32) -> Result<(), GpuError> {
-        self.gemm_with(enc, w, x, y, t, t <= self.tiles.decode_max_t)
+        self.gemm_with(enc, w, x, y, t, self.row_tile(w, t))
     }
 
-    /// `gemm` with the path chosen by the caller (tests use both on one input).
+    /// `gemm` with the row tile `tm` chosen by the caller (tests compare them all).
     pub fn gemm_with(
         &self,
         enc: &mut StepEncoder,
@@ -319,9 +329,9 @@ impl Kernels {
         x: Rows,
         y: Rows,
         t: u32,
-        decode: bool,
+        tm: u32,
     ) -> Result<(), GpuError> {
-        let v = self.gemm_variant(w, t, x, decode);
+        let v = self.gemm_variant(w, x, tm);
         let kernel = self.gemm_kernel(v)?;
         let p = GemmParams {
             t,

@@ -1,0 +1,18 @@
+//! `wllm bench`: serving and prefix-cache benchmarks.
+
+use clap::Subcommand;
+
+#[derive(Subcommand, Clone, Debug)]
+pub enum BenchCommand {
+    /// Throughput, TTFT, ITL and peak memory at rising concurrency, over HTTP.
+    Serve(super::bench_serve::BenchServeArgs),
+    /// Prefill time, TTFT and hit rate with and without prefix-cache hits.
+    Prefix(super::bench_prefix::BenchPrefixArgs),
+}
+
+pub fn run(c: &BenchCommand) -> anyhow::Result<()> {
+    match c {
+        BenchCommand::Serve(a) => super::bench_serve::run(a),
+        BenchCommand::Prefix(a) => super::bench_prefix::run(a),
+    }
+}

@@ -1,0 +1,259 @@
+//! `wllm bench serve`: the seed's experiment — fixed input and output lengths,
+//! rising concurrency — over the OpenAI-compatible HTTP API with streaming, so
+//! any server can be measured the same way (`--base-url`). Without it, wllm is
+//! started in-process behind its own server on a local port.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+use wllm::client;
+use wllm::metrics::percentile;
+
+use super::EngineArgs;
+
+#[derive(Args, Clone, Debug)]
+pub struct BenchServeArgs {
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// An OpenAI-compatible server to measure, e.g. http://127.0.0.1:8000 (default: wllm in-process).
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// The model name to send (default: the first of /v1/models).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Concurrency levels, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,32")]
+    pub concurrency: Vec<usize>,
+    #[arg(long, default_value_t = 128)]
+    pub input_len: usize,
+    #[arg(long, default_value_t = 64)]
+    pub output_len: usize,
+    /// Requests per level (default: 2 x concurrency, at least 4).
+    #[arg(long)]
+    pub num_prompts: Option<usize>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Write the results as JSON.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+    /// Plot throughput and TTFT against concurrency as SVG.
+    #[arg(long)]
+    pub plot: Option<std::path::PathBuf>,
+}
+
+/// One request's client-side timings.
+struct Sample {
+    ttft: f64,
+    itls: Vec<f64>,
+    output_tokens: usize,
+}
+
+/// The figures of one concurrency level.
+#[derive(serde::Serialize, Clone, Debug)]
+pub struct Level {
+    pub concurrency: usize,
+    pub num_requests: usize,
+    pub duration_s: f64,
+    pub output_tokens_per_s: f64,
+    pub requests_per_s: f64,
+    pub ttft_p50_s: f64,
+    pub ttft_p99_s: f64,
+    pub itl_p50_s: f64,
+    pub itl_p99_s: f64,
+    pub peak_gpu_memory_allocated_bytes: Option<f64>,
+    pub peak_gpu_memory_reserved_bytes: Option<f64>,
+    pub peak_rss_bytes: Option<u64>,
+}
+
+async fn one_request(url: String, body: Value) -> anyhow::Result<Sample> {
+    let t0 = Instant::now();
+    let mut r = client::post_stream(&url, &body).await?;
+    if r.status != 200 {
+        let status = r.status;
+        bail!("server answered {status}: {}", r.text().await?);
+    }
+    let (mut first, mut last, mut itls, mut tokens, mut usage_tokens) = (None, None, Vec::new(), 0, None);
+    while let Some(ev) = r.next_event().await? {
+        if ev == "[DONE]" {
+            break;
+        }
+        let v: Value = serde_json::from_str(&ev).with_context(|| format!("chunk is not JSON: {ev}"))?;
+        if let Some(u) = v.get("usage").and_then(|u| u["completion_tokens"].as_u64()) {
+            usage_tokens = Some(u as usize);
+        }
+        let text = v["choices"].get(0).and_then(|c| c["text"].as_str()).unwrap_or("");
+        if text.is_empty() {
+            continue;
+        }
+        let now = t0.elapsed().as_secs_f64();
+        match last {
+            None => first = Some(now),
+            Some(prev) => itls.push(now - prev),
+        }
+        last = Some(now);
+        tokens += 1;
+    }
+    Ok(Sample {
+        ttft: first.unwrap_or(t0.elapsed().as_secs_f64()),
+        itls,
+        output_tokens: usage_tokens.unwrap_or(tokens),
+    })
+}
+
+/// Peak memory figures a wllm server reports on /metrics (absent on other servers).
+async fn server_peaks(base: &str) -> (Option<f64>, Option<f64>) {
+    let Ok((200, text)) = client::get(&format!("{base}/metrics")).await else {
+        return (None, None);
+    };
+    let find = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    };
+    (
+        find("wllm:gpu_memory_allocated_peak_bytes"),
+        find("wllm:gpu_memory_reserved_peak_bytes"),
+    )
+}
+
+fn peak_rss() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let l = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    l.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
+}
+
+pub fn run(a: &BenchServeArgs) -> anyhow::Result<()> {
+    if a.concurrency.is_empty() || a.concurrency.contains(&0) || a.input_len == 0 || a.output_len == 0 {
+        bail!("--concurrency levels, --input-len and --output-len must be positive");
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let (base, in_process) = match &a.base_url {
+        Some(u) => (u.trim_end_matches('/').trim_end_matches("/v1").to_string(), false),
+        None => {
+            let engine = a.engine.start()?;
+            let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+            let addr = listener.local_addr()?;
+            let cfg = wllm::server::ServerConfig {
+                served_model_name: a.served_model_name.clone().unwrap_or_else(|| "wllm".into()),
+                max_pending_requests: 1 << 20,
+            };
+            rt.spawn(wllm::server::serve_on(listener, engine, cfg));
+            (format!("http://{addr}"), true)
+        }
+    };
+    let model = match &a.served_model_name {
+        Some(m) => m.clone(),
+        None => {
+            let (st, body) = rt.block_on(client::get(&format!("{base}/v1/models")))?;
+            let v: Value = serde_json::from_str(&body).with_context(|| format!("/v1/models answered {st}: {body}"))?;
+            v["data"][0]["id"]
+                .as_str()
+                .context("/v1/models lists no model")?
+                .to_string()
+        }
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
+    let mut levels = Vec::new();
+    for &c in &a.concurrency {
+        let n = a.num_prompts.unwrap_or((2 * c).max(4));
+        let prompts: Vec<Vec<u32>> = (0..n)
+            .map(|_| (0..a.input_len).map(|_| rng.random_range(1000..30000)).collect())
+            .collect();
+        let bar = ProgressBar::new(n as u64);
+        bar.set_style(
+            ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} requests, {elapsed}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_message(format!("concurrency {c:>3}"));
+        let url = format!("{base}/v1/completions");
+        let t0 = Instant::now();
+        let samples: Vec<anyhow::Result<Sample>> = rt.block_on(async {
+            let sem = Arc::new(tokio::sync::Semaphore::new(c));
+            let mut tasks = Vec::new();
+            for p in prompts {
+                let permit = sem.clone().acquire_owned().await.expect("semaphore open");
+                let body = json!({
+                    "model": model, "prompt": p, "max_tokens": a.output_len, "temperature": 0,
+                    "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true},
+                });
+                let (url, bar) = (url.clone(), bar.clone());
+                tasks.push(tokio::spawn(async move {
+                    let r = one_request(url, body).await;
+                    bar.inc(1);
+                    drop(permit);
+                    r
+                }));
+            }
+            let mut out = Vec::new();
+            for t in tasks {
+                out.push(t.await.map_err(anyhow::Error::from).and_then(|r| r));
+            }
+            out
+        });
+        let dur = t0.elapsed().as_secs_f64();
+        bar.finish_and_clear();
+        let samples: Vec<Sample> = samples.into_iter().collect::<anyhow::Result<_>>()?;
+        let ttfts: Vec<f64> = samples.iter().map(|s| s.ttft).collect();
+        let itls: Vec<f64> = samples.iter().flat_map(|s| s.itls.clone()).collect();
+        let out_tokens: usize = samples.iter().map(|s| s.output_tokens).sum();
+        let (alloc, reserved) = rt.block_on(server_peaks(&base));
+        let q = |v: &[f64], p: f64| percentile(v, p).unwrap_or(f64::NAN);
+        levels.push(Level {
+            concurrency: c,
+            num_requests: n,
+            duration_s: dur,
+            output_tokens_per_s: out_tokens as f64 / dur,
+            requests_per_s: n as f64 / dur,
+            ttft_p50_s: q(&ttfts, 0.5),
+            ttft_p99_s: q(&ttfts, 0.99),
+            itl_p50_s: q(&itls, 0.5),
+            itl_p99_s: q(&itls, 0.99),
+            peak_gpu_memory_allocated_bytes: alloc,
+            peak_gpu_memory_reserved_bytes: reserved,
+            peak_rss_bytes: in_process.then(peak_rss).flatten(),
+        });
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    print_table(a, &model, &levels);
+    if let Some(p) = &a.json {
+        let j = json!({"model": model, "base_url": a.base_url, "input_len": a.input_len, "output_len": a.output_len, "seed": a.seed, "levels": levels});
+        std::fs::write(p, serde_json::to_string_pretty(&j)?).with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = &a.plot {
+        std::fs::write(p, super::plot::svg(&levels, &model)).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn print_table(a: &BenchServeArgs, model: &str, levels: &[Level]) {
+    println!(
+        "model {model}, input {} tokens, output {} tokens",
+        a.input_len, a.output_len
+    );
+    println!(
+        "| concurrency | requests | output tok/s | req/s | TTFT p50 (s) | TTFT p99 (s) | ITL p50 (ms) | ITL p99 (ms) | peak GPU alloc / reserved (MiB) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let mib = |b: Option<f64>| b.map_or("n/a".to_string(), |b| format!("{:.0}", b / 1048576.0));
+    for l in levels {
+        println!(
+            "| {} | {} | {:.1} | {:.2} | {:.3} | {:.3} | {:.1} | {:.1} | {} / {} |",
+            l.concurrency,
+            l.num_requests,
+            l.output_tokens_per_s,
+            l.requests_per_s,
+            l.ttft_p50_s,
+            l.ttft_p99_s,
+            l.itl_p50_s * 1e3,
+            l.itl_p99_s * 1e3,
+            mib(l.peak_gpu_memory_allocated_bytes),
+            mib(l.peak_gpu_memory_reserved_bytes)
+        );
+    }
+}
