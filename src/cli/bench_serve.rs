@@ -33,7 +33,7 @@ pub struct BenchServeArgs {
     pub input_len: usize,
     #[arg(long, default_value_t = 64)]
     pub output_len: usize,
-    /// Requests per level (default: 2 x concurrency, at least 4).
+    /// Requests per level (default: the concurrency, at least 4).
     #[arg(long)]
     pub num_prompts: Option<usize>,
     #[arg(long, default_value_t = 0)]
@@ -161,7 +161,7 @@ pub fn run(a: &BenchServeArgs) -> anyhow::Result<()> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
     let mut levels = Vec::new();
     for &c in &a.concurrency {
-        let n = a.num_prompts.unwrap_or((2 * c).max(4));
+        let n = a.num_prompts.unwrap_or(c.max(4));
         let prompts: Vec<Vec<u32>> = (0..n)
             .map(|_| (0..a.input_len).map(|_| rng.random_range(1000..30000)).collect())
             .collect();
