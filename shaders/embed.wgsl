@@ -6,8 +6,9 @@
 //   2 w:      (vocab, d) weights in the layout of weights.wgsl
 //   3 scales: (vocab, d/32) quantised formats only
 //   last out: (T, d) f32
-// Dispatch: (ceil(chunks / 64), T, 1); one invocation per 8 (floats) or 32
-//   (quantised) elements. No reduction: each element is w·d (+ m) as on the CPU.
+// Dispatch: (ceil(chunks / 64), T, 1) per window of rows; one invocation per 8
+//   (floats) or 32 (quantised) elements; tokens outside the window return early.
+//   No reduction: each element is w·d (+ m) as on the CPU.
 
 struct Params {
     t: u32,
@@ -15,9 +16,9 @@ struct Params {
     chunks: u32,
     w_row: u32,
     vocab: u32,
+    row0: u32,     // the window of rows bound at binding 2: row0 .. row0 + rows
+    rows: u32,
     _p0: u32,
-    _p1: u32,
-    _p2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;

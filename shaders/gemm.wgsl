@@ -6,6 +6,8 @@
 //   2 w:      (N, K) weights in the layout of weights.wgsl
 //   3 scales: (N, K/32) f32 d, or vec2(d, m) for Q4_1 — quantised formats only
 //   4 y:      (T, y_stride) f32, row t at y_off + t*y_stride (read_write)
+// Weights larger than one storage binding are bound window by window (rows
+//   row0.., y_off advanced by row0), one dispatch each.
 // Dispatch: workgroups (ceil(N / (TN*WG)), ceil(T / TM), 1); invocation
 //   (gid.x, gid.y) computes the TM x TN output tile at rows gid.y*TM, columns gid.x*TN.
 // Reduction order (batch invariance): every output element is one f32

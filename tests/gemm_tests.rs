@@ -146,3 +146,39 @@ fn gemm_is_batch_invariant() {
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|f| f.to_bits()).collect()
 }
+
+/// Weights over the binding limit are bound in windows of rows; the result is
+/// the same, bit for bit, for gemm and embed.
+#[test]
+fn large_weights_are_bound_in_windows() {
+    let mut small = wllm::kernels::Kernels::new(&kernels().ctx).unwrap();
+    small.binding_limit = 16384;
+    for format in WeightFormat::ALL {
+        let (t, n, k) = (5usize, 300usize, awkward_k(format));
+        let mut r = rng(21);
+        let (w, _) = rand_weight(&mut r, format, n, k);
+        assert!(
+            w.windows(16384, 256).unwrap().len() > 1,
+            "{format:?}: the test needs several windows"
+        );
+        let x = rand_vec(&mut r, t * k);
+        let ids: Vec<u32> = vec![0, 299, 150, 31, 32];
+        let (xb, ib) = (upload(&x), upload(&ids));
+        let (y_all, y_win, e_all, e_win) = (zeros(t * n), zeros(t * n), zeros(t * k), zeros(t * k));
+        let mut enc = encoder();
+        kernels()
+            .gemm(&mut enc, &w, Rows::new(&xb, k), Rows::new(&y_all, n), t as u32)
+            .unwrap();
+        small
+            .gemm(&mut enc, &w, Rows::new(&xb, k), Rows::new(&y_win, n), t as u32)
+            .unwrap();
+        kernels().embed(&mut enc, &w, &ib, t as u32, &e_all).unwrap();
+        small.embed(&mut enc, &w, &ib, t as u32, &e_win).unwrap();
+        let out: Vec<Vec<f32>> = run_read(
+            enc,
+            &[(&y_all, t * n), (&y_win, t * n), (&e_all, t * k), (&e_win, t * k)],
+        );
+        assert_eq!(bits(&out[0]), bits(&out[1]), "{format:?} gemm");
+        assert_eq!(bits(&out[2]), bits(&out[3]), "{format:?} embed");
+    }
+}

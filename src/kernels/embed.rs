@@ -15,7 +15,10 @@ pub struct EmbedParams {
     pub chunks: u32,
     pub w_row: u32,
     pub vocab: u32,
-    pub pad: [u32; 3],
+    /// The window of rows bound at binding 2 (see `GpuWeight::windows`).
+    pub row0: u32,
+    pub rows: u32,
+    pub pad: u32,
 }
 
 /// The full WGSL source for `format`.
@@ -28,7 +31,10 @@ pub fn source(format: WeightFormat) -> String {
     let _ = writeln!(s, "@group(0) @binding({ob}) var<storage, read_write> out: array<f32>;");
     s.push_str("@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n");
     s.push_str("let t = gid.y; let c = gid.x;\nif (t >= p.t || c >= p.chunks) { return; }\n");
-    s.push_str("let row = min(ids[t], p.vocab - 1u);\nlet o = t * p.d;\n");
+    s.push_str(
+        "let id = min(ids[t], p.vocab - 1u);\nif (id < p.row0 || id >= p.row0 + p.rows) { return; }\n\
+         let row = id - p.row0;\nlet o = t * p.d;\n",
+    );
     if format.is_quantized() {
         s.push_str(&load_block(format, 0, "row * p.chunks + c"));
         for sub in 0..4 {

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use wgpu::util::DeviceExt;
 
 pub use gemm::{GemmParams, GemmVariant};
-pub use weight::GpuWeight;
+pub use weight::{GpuWeight, WeightWindow};
 
 use crate::gpu::{Binding, BufSlice, GpuContext, GpuError, Kernel, StepEncoder};
 use crate::quant::WeightFormat;
@@ -157,6 +157,9 @@ pub struct Kernels {
     attention: Mutex<HashMap<attention::AttentionVariant, Arc<Kernel>>>,
     gemm: Mutex<HashMap<GemmVariant, Arc<Kernel>>>,
     embed: Mutex<HashMap<WeightFormat, Arc<Kernel>>>,
+    /// Largest byte range one storage binding may cover (weights beyond it are
+    /// bound window by window).
+    pub binding_limit: u64,
     // dummy, dummy_rw: 16-byte buffers bound where a kernel ignores a binding
     dummy: wgpu::Buffer,
     dummy_rw: wgpu::Buffer,
@@ -180,6 +183,7 @@ impl Kernels {
             })
         };
         let me = Self {
+            binding_limit: ctx.max_binding(),
             ctx: ctx.clone(),
             tiles: GemmTiles::for_adapter(ctx),
             rms_norm: k(
@@ -214,6 +218,10 @@ impl Kernels {
         self.argmax(&mut enc, &a, 8, 1, &b);
         enc.submit_and_read(&[])?;
         Ok(())
+    }
+
+    fn storage_align(&self) -> u64 {
+        u64::from(self.ctx.limits.min_storage_buffer_offset_alignment).max(4)
     }
 
     /// A zeroed storage buffer of `bytes`.
@@ -333,25 +341,25 @@ impl Kernels {
     ) -> Result<(), GpuError> {
         let v = self.gemm_variant(w, x, tm);
         let kernel = self.gemm_kernel(v)?;
-        let p = GemmParams {
-            t,
-            n: w.n as u32,
-            k: w.k as u32,
-            chunks: w.chunks() as u32,
-            x_stride: x.stride,
-            y_stride: y.stride,
-            x_off: x.off,
-            y_off: y.off,
-            w_row: w.w_row() as u32,
-            pad: [0; 3],
-        };
-        let mut bufs = vec![BufSlice::whole(x.buf), BufSlice::whole(&w.data)];
-        if let Some(s) = &w.scales {
-            bufs.push(BufSlice::whole(s));
+        for win in w.windows(self.binding_limit, self.storage_align())? {
+            let p = GemmParams {
+                t,
+                n: win.rows,
+                k: w.k as u32,
+                chunks: w.chunks() as u32,
+                x_stride: x.stride,
+                y_stride: y.stride,
+                x_off: x.off,
+                y_off: y.off + win.row0,
+                w_row: w.w_row() as u32,
+                pad: [0; 3],
+            };
+            let mut bufs = vec![BufSlice::whole(x.buf), win.data];
+            bufs.extend(win.scales);
+            bufs.push(BufSlice::whole(y.buf));
+            let cols = win.rows.div_ceil(v.tn * v.wg);
+            enc.dispatch(&kernel, bytemuck::bytes_of(&p), &bufs, [cols, t.div_ceil(v.tm), 1]);
         }
-        bufs.push(BufSlice::whole(y.buf));
-        let cols = (w.n as u32).div_ceil(v.tn * v.wg);
-        enc.dispatch(&kernel, bytemuck::bytes_of(&p), &bufs, [cols, t.div_ceil(v.tm), 1]);
         Ok(())
     }
 
@@ -365,25 +373,27 @@ impl Kernels {
         out: &wgpu::Buffer,
     ) -> Result<(), GpuError> {
         let kernel = self.embed_kernel(w.format)?;
-        let p = embed::EmbedParams {
-            t,
-            d: w.k as u32,
-            chunks: w.chunks() as u32,
-            w_row: w.w_row() as u32,
-            vocab: w.n as u32,
-            pad: [0; 3],
-        };
-        let mut bufs = vec![BufSlice::whole(ids), BufSlice::whole(&w.data)];
-        if let Some(s) = &w.scales {
-            bufs.push(BufSlice::whole(s));
+        for win in w.windows(self.binding_limit, self.storage_align())? {
+            let p = embed::EmbedParams {
+                t,
+                d: w.k as u32,
+                chunks: w.chunks() as u32,
+                w_row: w.w_row() as u32,
+                vocab: w.n as u32,
+                row0: win.row0,
+                rows: win.rows,
+                pad: 0,
+            };
+            let mut bufs = vec![BufSlice::whole(ids), win.data];
+            bufs.extend(win.scales);
+            bufs.push(BufSlice::whole(out));
+            enc.dispatch(
+                &kernel,
+                bytemuck::bytes_of(&p),
+                &bufs,
+                [(w.chunks() as u32).div_ceil(64), t, 1],
+            );
         }
-        bufs.push(BufSlice::whole(out));
-        enc.dispatch(
-            &kernel,
-            bytemuck::bytes_of(&p),
-            &bufs,
-            [(w.chunks() as u32).div_ceil(64), t, 1],
-        );
         Ok(())
     }
 

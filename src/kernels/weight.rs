@@ -3,7 +3,7 @@
 use wgpu::util::DeviceExt;
 
 use super::gemm::w_row_len;
-use crate::gpu::GpuContext;
+use crate::gpu::{BufSlice, GpuContext, GpuError};
 use crate::quant::{Repacked, WeightFormat};
 
 /// `W[n][k]` on the GPU.
@@ -54,6 +54,48 @@ impl GpuWeight {
         }
     }
 
+    /// Splits the rows into windows that each bind within `max_binding` bytes at
+    /// offsets aligned to `align`: (first row, rows, data slice, scales slice).
+    pub fn windows(&self, max_binding: u64, align: u64) -> Result<Vec<WeightWindow>, GpuError> {
+        let drb = self.w_row() as u64 * 16;
+        let srb = if self.format == WeightFormat::Q4_1 { 8 } else { 4 } * self.chunks() as u64;
+        let fits = self.n as u64 * drb <= max_binding && (self.scales.is_none() || self.n as u64 * srb <= max_binding);
+        if fits {
+            return Ok(vec![WeightWindow {
+                row0: 0,
+                rows: self.n as u32,
+                data: BufSlice::whole(&self.data),
+                scales: self.scales.as_ref().map(BufSlice::whole),
+            }]);
+        }
+        let step_for = |rb: u64| align / gcd(align, rb.max(1));
+        let step = lcm(step_for(drb), if self.scales.is_some() { step_for(srb) } else { 1 });
+        let max_rows = max_binding / drb.max(if self.scales.is_some() { srb } else { 1 });
+        let rows = max_rows / step * step;
+        if rows == 0 {
+            return Err(GpuError::Limit(format!(
+                "a {:?} weight row of {drb} bytes cannot be bound within the adapter's {max_binding}-byte limit",
+                self.format
+            )));
+        }
+        let mut out = Vec::new();
+        let mut row0 = 0u64;
+        while row0 < self.n as u64 {
+            let r = rows.min(self.n as u64 - row0);
+            out.push(WeightWindow {
+                row0: row0 as u32,
+                rows: r as u32,
+                data: BufSlice::range(&self.data, row0 * drb, r * drb),
+                scales: self
+                    .scales
+                    .as_ref()
+                    .map(|s| BufSlice::range(s, row0 * srb, (r * srb).div_ceil(4) * 4)),
+            });
+            row0 += r;
+        }
+        Ok(out)
+    }
+
     /// Bytes this weight occupies on the GPU.
     pub fn gpu_bytes(&self) -> u64 {
         self.data.size() + self.scales.as_ref().map_or(0, |s| s.size())
@@ -63,4 +105,21 @@ impl GpuWeight {
     pub fn stored_bytes(&self) -> usize {
         self.format.stored_bytes(self.n, self.k)
     }
+}
+
+/// A run of rows of a weight, bound on its own (see `GpuWeight::windows`).
+#[derive(Clone, Debug)]
+pub struct WeightWindow {
+    pub row0: u32,
+    pub rows: u32,
+    pub data: BufSlice,
+    pub scales: Option<BufSlice>,
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+fn lcm(a: u64, b: u64) -> u64 {
+    a / gcd(a, b) * b
 }
