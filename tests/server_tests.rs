@@ -96,7 +96,11 @@ fn endpoints_answer_in_openai_shapes() {
         assert_eq!(models["data"][0]["id"], "tiny");
         assert_eq!(models["object"], "list");
 
-        let body = json!({"model": "tiny", "prompt": "hello there", "max_tokens": 10, "temperature": 0, "ignore_eos": true});
+        assert_eq!(get(&format!("{b}/v1/models/tiny")).await.unwrap().0, 200);
+        assert_eq!(get(&format!("{b}/v1/models/other")).await.unwrap().0, 404);
+        // Explicit nulls are accepted as "unset", as OpenAI clients send them.
+        let body = json!({"model": "tiny", "prompt": "hello there", "max_tokens": 10, "temperature": 0, "ignore_eos": true,
+                          "stream": null, "stop": null, "n": null, "logprobs": null, "top_p": null, "seed": null});
         let (st, v) = post_json(&format!("{b}/v1/completions"), &body).await.unwrap();
         assert_eq!(st, 200, "{v}");
         assert_eq!(v["object"], "text_completion");

@@ -168,7 +168,8 @@ pub async fn chat_completions(State(s): State<Arc<AppState>>, body: Bytes) -> Re
             })
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
-    let logprobs = req.logprobs.then(|| req.top_logprobs.unwrap_or(0));
+    let want_logprobs = req.logprobs.unwrap_or(false);
+    let logprobs = want_logprobs.then(|| req.top_logprobs.unwrap_or(0));
     let p = sampling(
         &req.common,
         req.max_completion_tokens.or(req.common.max_tokens),
@@ -176,7 +177,7 @@ pub async fn chat_completions(State(s): State<Arc<AppState>>, body: Bytes) -> Re
     )?;
     let n = n_of(&req.common)?;
     let streams = start(&s, vec![Prompt::Chat(messages)], &p, n)?;
-    respond(s, guard, Api::Chat, streams, &req.common, req.logprobs).await
+    respond(s, guard, Api::Chat, streams, &req.common, want_logprobs).await
 }
 
 /// Awaits the next output of a stream.
@@ -249,7 +250,7 @@ async fn respond(
     // Streams come n per prompt: count each prompt's tokens once.
     let n = c.n.unwrap_or(1).max(1);
     let prompt_tokens: usize = streams.iter().step_by(n).map(|st| st.prompt_token_ids().len()).sum();
-    if c.stream {
+    if c.stream.unwrap_or(false) {
         let include_usage = c.stream_options.as_ref().is_some_and(|o| o.include_usage);
         let (tx, rx) = mpsc::channel::<Event>(64);
         let meta = ChunkMeta {

@@ -73,6 +73,7 @@ pub fn router(engine: Engine, cfg: ServerConfig) -> Router {
         .route("/health", get(|| async { StatusCode::OK }))
         .route("/metrics", get(metrics))
         .route("/v1/models", get(models))
+        .route("/v1/models/{id}", get(model_by_id))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(completions::chat_completions))
         .fallback(|| async {
@@ -101,18 +102,30 @@ pub async fn serve_on(listener: tokio::net::TcpListener, engine: Engine, cfg: Se
         .await
 }
 
+fn model_card(s: &AppState) -> serde_json::Value {
+    serde_json::json!({
+        "id": s.cfg.served_model_name,
+        "object": "model",
+        "created": s.created,
+        "owned_by": "wllm",
+        "max_model_len": s.engine.kv_plan().max_model_len,
+    })
+}
+
 async fn models(State(s): State<Arc<AppState>>) -> Response {
-    axum::Json(serde_json::json!({
-        "object": "list",
-        "data": [{
-            "id": s.cfg.served_model_name,
-            "object": "model",
-            "created": s.created,
-            "owned_by": "wllm",
-            "max_model_len": s.engine.kv_plan().max_model_len,
-        }],
-    }))
-    .into_response()
+    axum::Json(serde_json::json!({ "object": "list", "data": [model_card(&s)] })).into_response()
+}
+
+async fn model_by_id(State(s): State<Arc<AppState>>, axum::extract::Path(id): axum::extract::Path<String>) -> Response {
+    if id == s.cfg.served_model_name {
+        axum::Json(model_card(&s)).into_response()
+    } else {
+        ApiError::not_found(format!(
+            "the model `{id}` does not exist; this server serves `{}`",
+            s.cfg.served_model_name
+        ))
+        .into_response()
+    }
 }
 
 async fn metrics(State(s): State<Arc<AppState>>) -> Response {

@@ -45,8 +45,7 @@ pub struct CommonParams {
     pub stop: Option<StopInput>,
     pub stop_token_ids: Option<Vec<u32>>,
     pub n: Option<usize>,
-    #[serde(default)]
-    pub stream: bool,
+    pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
     pub ignore_eos: Option<bool>,
 }
@@ -84,8 +83,7 @@ fn null_content() -> ContentInput {
 pub struct ChatRequest {
     pub messages: Vec<ChatMessageIn>,
     pub max_completion_tokens: Option<usize>,
-    #[serde(default)]
-    pub logprobs: bool,
+    pub logprobs: Option<bool>,
     pub top_logprobs: Option<usize>,
     #[serde(flatten)]
     pub common: CommonParams,
