@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use half::f16;
 use safetensors::tensor::{Dtype, TensorView};
-use wllm::model::{ModelConfig, ModelFiles};
+use wllm::model::{ModelConfig, ModelFiles, hf_tensor_name};
 use wllm::quant::dequantize;
 use wllm::tokenizer::Tokenizer;
 
@@ -28,32 +28,6 @@ fn unpermute(w: &[f32], heads: usize, hd: usize, cols: usize) -> Vec<f32> {
         }
     }
     out
-}
-
-fn hf_name(gguf: &str) -> Option<String> {
-    let fixed = [
-        ("token_embd.weight", "model.embed_tokens.weight"),
-        ("output_norm.weight", "model.norm.weight"),
-        ("output.weight", "lm_head.weight"),
-    ];
-    if let Some((_, h)) = fixed.iter().find(|(g, _)| *g == gguf) {
-        return Some(h.to_string());
-    }
-    let rest = gguf.strip_prefix("blk.")?;
-    let (layer, tail) = rest.split_once('.')?;
-    let part = match tail {
-        "attn_norm.weight" => "input_layernorm",
-        "attn_q.weight" => "self_attn.q_proj",
-        "attn_k.weight" => "self_attn.k_proj",
-        "attn_v.weight" => "self_attn.v_proj",
-        "attn_output.weight" => "self_attn.o_proj",
-        "ffn_norm.weight" => "post_attention_layernorm",
-        "ffn_gate.weight" => "mlp.gate_proj",
-        "ffn_up.weight" => "mlp.up_proj",
-        "ffn_down.weight" => "mlp.down_proj",
-        _ => return None,
-    };
-    Some(format!("model.layers.{layer}.{part}.weight"))
 }
 
 fn config_json(c: &ModelConfig) -> serde_json::Value {
@@ -87,7 +61,7 @@ fn convert(src: &Path, out: &Path) -> anyhow::Result<()> {
     let mut names: Vec<&String> = file.tensors.keys().collect();
     names.sort();
     for name in names {
-        let Some(hf) = hf_name(name) else { continue };
+        let Some(hf) = hf_tensor_name(name) else { continue };
         let t = files.tensor(name)?;
         let mut v = dequantize(t.format, t.bytes, t.rows, t.cols)?;
         if name.ends_with("attn_q.weight") {

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 
 use tokio::sync::mpsc as tmpsc;
 
-use super::llm_engine::{LlmEngine, Prompt, RequestMetrics, RequestOutput, validate_request};
+use super::llm_engine::{LlmEngine, Prompt, RequestMetrics, RequestOutput, tokenize_prompt, validate_request};
 use super::{EngineConfig, EngineError, FinishReason, KvPlan, SeqId};
 use crate::metrics::Metrics;
 use crate::model::ModelConfig;
@@ -129,12 +129,7 @@ impl Engine {
 
     /// Token ids of a prompt (chat prompts through the template).
     pub fn tokenize(&self, prompt: &Prompt) -> Result<Vec<u32>, EngineError> {
-        let t = &self.inner.tokenizer;
-        Ok(match prompt {
-            Prompt::Text(s) => t.encode(s)?,
-            Prompt::Chat(m) => t.encode(&t.apply_chat_template(m)?)?,
-            Prompt::Tokens(v) => v.clone(),
-        })
+        tokenize_prompt(&self.inner.tokenizer, prompt)
     }
 
     /// Starts a request. Errors (bad parameters, prompt too long) come back here.

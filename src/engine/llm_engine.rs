@@ -138,11 +138,7 @@ impl LlmEngine {
 
     /// Token ids of a prompt.
     pub fn tokenize(&self, prompt: &Prompt) -> Result<Vec<u32>, EngineError> {
-        Ok(match prompt {
-            Prompt::Text(t) => self.tokenizer.encode(t)?,
-            Prompt::Chat(m) => self.tokenizer.encode(&self.tokenizer.apply_chat_template(m)?)?,
-            Prompt::Tokens(t) => t.clone(),
-        })
+        tokenize_prompt(&self.tokenizer, prompt)
     }
 
     /// Checks a request against the model and the pool; returns the total-token cap.
@@ -316,6 +312,15 @@ impl LlmEngine {
             .blocks
             .check_consistency(self.scheduler.seqs.values().map(|s| &s.block_table))
     }
+}
+
+/// Token ids of a prompt: text with special tokens parsed, chat messages through the template.
+pub fn tokenize_prompt(tokenizer: &Tokenizer, prompt: &Prompt) -> Result<Vec<u32>, EngineError> {
+    Ok(match prompt {
+        Prompt::Text(t) => tokenizer.encode(t)?,
+        Prompt::Chat(m) => tokenizer.encode(&tokenizer.apply_chat_template(m)?)?,
+        Prompt::Tokens(t) => t.clone(),
+    })
 }
 
 /// Validates a request; returns the most tokens (prompt + output) it may reach.

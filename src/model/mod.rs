@@ -9,7 +9,7 @@ pub mod source;
 
 pub use config::ModelConfig;
 pub use llama::LlamaModel;
-pub use source::{ModelFiles, RawTensor};
+pub use source::{ModelFiles, RawTensor, hf_tensor_name};
 
 /// Everything that can go wrong reading a model.
 #[derive(Debug, thiserror::Error)]

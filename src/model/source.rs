@@ -23,38 +23,34 @@ pub enum ModelFiles {
     Hf { dir: PathBuf, st: SafetensorsDir },
 }
 
-/// The Hugging Face name of a GGUF tensor name.
-fn hf_name(gguf: &str) -> String {
+/// The Hugging Face name of a Llama tensor named the GGUF way, if it is one.
+pub fn hf_tensor_name(gguf: &str) -> Option<String> {
     let fixed = [
         ("token_embd.weight", "model.embed_tokens.weight"),
         ("output_norm.weight", "model.norm.weight"),
         ("output.weight", "lm_head.weight"),
     ];
     if let Some((_, h)) = fixed.iter().find(|(g, _)| *g == gguf) {
-        return h.to_string();
+        return Some(h.to_string());
     }
-    let per_layer = [
-        ("attn_norm", "input_layernorm"),
-        ("attn_q", "self_attn.q_proj"),
-        ("attn_k", "self_attn.k_proj"),
-        ("attn_v", "self_attn.v_proj"),
-        ("attn_output", "self_attn.o_proj"),
-        ("ffn_norm", "post_attention_layernorm"),
-        ("ffn_gate", "mlp.gate_proj"),
-        ("ffn_up", "mlp.up_proj"),
-        ("ffn_down", "mlp.down_proj"),
-    ];
-    if let Some(rest) = gguf.strip_prefix("blk.") {
-        let mut it = rest.splitn(2, '.');
-        if let (Some(layer), Some(tail)) = (it.next(), it.next()) {
-            for (g, h) in per_layer {
-                if tail == format!("{g}.weight") {
-                    return format!("model.layers.{layer}.{h}.weight");
-                }
-            }
-        }
-    }
-    gguf.to_string()
+    let (layer, tail) = gguf.strip_prefix("blk.")?.split_once('.')?;
+    let part = match tail {
+        "attn_norm.weight" => "input_layernorm",
+        "attn_q.weight" => "self_attn.q_proj",
+        "attn_k.weight" => "self_attn.k_proj",
+        "attn_v.weight" => "self_attn.v_proj",
+        "attn_output.weight" => "self_attn.o_proj",
+        "ffn_norm.weight" => "post_attention_layernorm",
+        "ffn_gate.weight" => "mlp.gate_proj",
+        "ffn_up.weight" => "mlp.up_proj",
+        "ffn_down.weight" => "mlp.down_proj",
+        _ => return None,
+    };
+    Some(format!("model.layers.{layer}.{part}.weight"))
+}
+
+fn hf_name(gguf: &str) -> String {
+    hf_tensor_name(gguf).unwrap_or_else(|| gguf.to_string())
 }
 
 impl ModelFiles {
