@@ -121,6 +121,18 @@ fn request_that_can_never_fit_is_refused() {
 }
 
 #[test]
+fn max_model_len_beyond_the_model_context_is_refused() {
+    let model = tiny_model("engine_context");
+    let mut cfg = tiny_config(model, 4096, 256);
+    cfg.max_model_len = Some(2048);
+    let err = LlmEngine::with_context(&kernels().ctx, &cfg)
+        .err()
+        .expect("2048 > the tiny model's 1024")
+        .to_string();
+    assert!(err.contains("2048") && err.contains("1024"), "{err}");
+}
+
+#[test]
 fn seeded_sampling_is_independent_of_the_batch() {
     let model = tiny_model("engine_seed");
     let mut core = LlmEngine::with_context(&kernels().ctx, &tiny_config(model, 4096, 256)).unwrap();

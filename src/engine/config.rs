@@ -85,6 +85,11 @@ impl KvPlan {
         }
         let capacity_tokens = num_blocks * block_size;
         let max_model_len = match max_model_len {
+            Some(m) if m > model_context => {
+                return Err(format!(
+                    "--max-model-len {m} exceeds the model's context length of {model_context} tokens"
+                ));
+            }
             Some(m) if m > capacity_tokens => {
                 return Err(format!(
                     "--max-model-len {m} exceeds the KV pool's {capacity_tokens} tokens: raise --kv-cache-memory"
