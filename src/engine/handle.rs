@@ -344,13 +344,7 @@ impl futures_core::Stream for RequestStream {
         }
         let p = self.rx.poll_recv(cx);
         if let Poll::Ready(item) = &p {
-            let item = item.as_ref().map(|r| r.as_ref().map(|_| ()).map_err(|_| ()));
-            self.done = !matches!(item, Some(Ok(()))) || self.done;
-        }
-        if let Poll::Ready(Some(Ok(o))) = &p
-            && o.finish_reason.is_some()
-        {
-            self.done = true;
+            self.note(item);
         }
         p
     }
