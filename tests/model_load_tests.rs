@@ -248,3 +248,54 @@ fn prompt_longer_than_the_context_is_refused() {
         .to_string();
     assert!(e.contains("200") && e.contains("256"), "{e}");
 }
+
+/// Llama 3 GGUF files carry their rope scaling as `rope_freqs.weight`: it is read
+/// and changes the rotary angles (so the outputs), and all-ones changes nothing.
+#[test]
+fn gguf_rope_freqs_scale_the_rotary_frequencies() {
+    let dir = test_dir("rope_freqs");
+    let hd = 16;
+    let plain = write_tiny_gguf(&dir, "plain.gguf", &TinySpec::default(), &mut rng(4));
+    let ones = TinySpec {
+        rope_freqs: Some(vec![1.0; hd / 2]),
+        ..Default::default()
+    };
+    let ones = write_tiny_gguf(&dir, "ones.gguf", &ones, &mut rng(4));
+    let scaled = TinySpec {
+        rope_freqs: Some((0..hd / 2).map(|i| 1.0 + 7.0 * i as f32).collect()),
+        ..Default::default()
+    };
+    let scaled = write_tiny_gguf(&dir, "scaled.gguf", &scaled, &mut rng(4));
+    let files = wllm::model::ModelFiles::open(&scaled).unwrap();
+    let factors = files.config().unwrap().rope_freq_factors.unwrap();
+    assert_eq!(factors.len(), hd / 2);
+    assert_eq!(factors[1], 8.0);
+    let run = |m: PathBuf| {
+        let cfg = EngineConfig {
+            model: m,
+            kv_cache_memory: Some(1 << 20),
+            ..Default::default()
+        };
+        let mut core = LlmEngine::with_context(&kernels().ctx, &cfg).unwrap();
+        let s = SamplingParams {
+            max_tokens: Some(24),
+            ignore_eos: true,
+            logprobs: Some(1),
+            ..SamplingParams::greedy()
+        };
+        let id = core
+            .add_request((0..200).map(|i| (i * 7 % 250) as u32).collect(), s)
+            .unwrap();
+        let mut lps = Vec::new();
+        while core.has_unfinished() {
+            for o in core.step().unwrap() {
+                assert_eq!(o.id, id);
+                lps.extend(o.logprobs.iter().map(|l| l.chosen.logprob));
+            }
+        }
+        lps
+    };
+    let (a, b, c) = (run(plain), run(ones), run(scaled));
+    assert_eq!(a, b, "all-ones factors must not change anything");
+    assert_ne!(a, c, "scaled frequencies must change the outputs");
+}

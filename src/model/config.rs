@@ -57,9 +57,7 @@ impl ModelConfig {
             layers: u("block_count")?,
             heads,
             kv_heads: u("attention.head_count_kv").unwrap_or(heads),
-            head_dim: u("attention.key_length")
-                .or_else(|_| u("rope.dimension_count"))
-                .unwrap_or(hidden / heads.max(1)),
+            head_dim: head_dim_of(g, &arch, hidden, heads),
             intermediate: u("feed_forward_length")?,
             vocab,
             rms_eps: g
@@ -70,7 +68,7 @@ impl ModelConfig {
                 .get(&format!("{arch}.rope.freq_base"))
                 .and_then(|v| v.as_f64())
                 .unwrap_or(10000.0),
-            rope_freq_factors: None,
+            rope_freq_factors: gguf_rope_freqs(g, head_dim_of(g, &arch, hidden, heads))?,
             rope_pairing: RopePairing::Adjacent,
             max_context: u("context_length").unwrap_or(2048),
             tie_embeddings: !g.tensors.contains_key("output.weight"),
@@ -80,7 +78,8 @@ impl ModelConfig {
         Ok(cfg)
     }
 
-    /// Reads a Hugging Face config.json.
+    /// Reads a Hugging Face config.json. A `sliding_window` shorter than the
+    /// context caps the context (wllm attends over the whole context).
     pub fn from_hf_json(text: &str) -> Result<Self, ModelError> {
         let j: serde_json::Value = serde_json::from_str(text)
             .map_err(|e| ModelError::Config(format!("config.json is not valid JSON: {e}")))?;
@@ -113,7 +112,9 @@ impl ModelConfig {
             rope_theta,
             rope_freq_factors,
             rope_pairing: RopePairing::RotateHalf,
-            max_context: u("max_position_embeddings").unwrap_or(2048),
+            max_context: u("max_position_embeddings")
+                .unwrap_or(2048)
+                .min(j["sliding_window"].as_u64().map_or(usize::MAX, |w| w as usize)),
             tie_embeddings: j["tie_word_embeddings"].as_bool().unwrap_or(false),
             arch: model_type,
         };
@@ -157,6 +158,39 @@ impl ModelConfig {
     pub fn qkv_width(&self) -> usize {
         (self.heads + 2 * self.kv_heads) * self.head_dim
     }
+}
+
+fn head_dim_of(g: &GgufFile, arch: &str, hidden: usize, heads: usize) -> usize {
+    let u = |k: &str| {
+        g.get(&format!("{arch}.{k}"))
+            .and_then(|v| v.as_u64())
+            .map(|v| v as usize)
+    };
+    u("attention.key_length")
+        .or_else(|| u("rope.dimension_count"))
+        .unwrap_or(hidden / heads.max(1))
+}
+
+/// GGUF's Llama 3 rope scaling: the `rope_freqs.weight` tensor, one divisor per frequency.
+fn gguf_rope_freqs(g: &GgufFile, head_dim: usize) -> Result<Option<Vec<f64>>, ModelError> {
+    let Some(t) = g.tensors.get("rope_freqs.weight") else {
+        return Ok(None);
+    };
+    let bytes = g.bytes(t);
+    if t.ggml_type != 0 || bytes.len() != head_dim / 2 * 4 {
+        return Err(ModelError::Config(format!(
+            "rope_freqs.weight must be {} f32 values (type {}, {} bytes found)",
+            head_dim / 2,
+            t.ggml_type,
+            bytes.len()
+        )));
+    }
+    Ok(Some(
+        bytes
+            .chunks_exact(4)
+            .map(|b| f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+            .collect(),
+    ))
 }
 
 /// Llama 3 `rope_scaling`: a divisor per rotary frequency.

@@ -16,6 +16,8 @@ pub struct TinySpec {
     pub kv_heads: usize,
     pub inter: usize,
     pub context: usize,
+    /// Llama 3 style `rope_freqs.weight` divisors (head_dim / 2 of them).
+    pub rope_freqs: Option<Vec<f32>>,
 }
 
 impl Default for TinySpec {
@@ -27,6 +29,7 @@ impl Default for TinySpec {
             kv_heads: 2,
             inter: 128,
             context: 1024,
+            rope_freqs: None,
         }
     }
 }
@@ -185,6 +188,9 @@ pub fn write_tiny_gguf(dir: &Path, name: &str, spec: &TinySpec, r: &mut StdRng) 
         }
     }
     tensors.push(("output_norm.weight".into(), vec![h], WeightFormat::F32));
+    if let Some(f) = &spec.rope_freqs {
+        tensors.push(("rope_freqs.weight".into(), vec![f.len()], WeightFormat::F32));
+    }
 
     let mut b = Vec::new();
     b.extend(b"GGUF");
@@ -229,7 +235,9 @@ pub fn write_tiny_gguf(dir: &Path, name: &str, spec: &TinySpec, r: &mut StdRng) 
     for (name, dims, f) in &tensors {
         let n: usize = dims.iter().product();
         let k = dims[0];
-        let v: Vec<f32> = if dims.len() == 1 {
+        let v: Vec<f32> = if name == "rope_freqs.weight" {
+            spec.rope_freqs.clone().unwrap_or_default()
+        } else if dims.len() == 1 {
             (0..n).map(|_| r.random_range(0.8..1.2)).collect()
         } else {
             let s = 1.5 / (k as f32).sqrt();
