@@ -32,7 +32,16 @@ fn cpu_attention(q: &[f32], keys: &[Vec<f32>], vals: &[Vec<f32>], hd: usize) -> 
 /// Runs cache_write for every token of every sequence, then attention for the
 /// `query` tokens (sequence, position); returns (gpu, cpu) outputs.
 fn run_case(c: &Case, seq_lens: &[usize], queries: &[(usize, usize)], seed: u64) -> (Vec<f32>, Vec<f32>) {
-    let ks = kernels();
+    run_case_on(kernels(), c, seq_lens, queries, seed)
+}
+
+fn run_case_on(
+    ks: &wllm::kernels::Kernels,
+    c: &Case,
+    seq_lens: &[usize],
+    queries: &[(usize, usize)],
+    seed: u64,
+) -> (Vec<f32>, Vec<f32>) {
     let mut r = rng(seed);
     let (h, hk, hd, bs) = (c.heads, c.kv_heads, c.hd, c.bs);
     let kv_w = hk * hd;
@@ -130,6 +139,38 @@ fn run_case(c: &Case, seq_lens: &[usize], queries: &[(usize, usize)], seed: u64)
         }
     }
     (got, want)
+}
+
+#[test]
+fn gpu_shaped_paged_attention_matches_cpu() {
+    let mut ks = wllm::kernels::Kernels::new(&kernels().ctx).unwrap();
+    ks.use_gpu_shapes();
+    for (ci, c) in [
+        Case {
+            heads: 9,
+            kv_heads: 3,
+            hd: 64,
+            bs: 16,
+        },
+        Case {
+            heads: 8,
+            kv_heads: 2,
+            hd: 256,
+            bs: 8,
+        },
+    ]
+    .iter()
+    .enumerate()
+    {
+        let queries: Vec<(usize, usize)> = (30..67).map(|p| (2, p)).chain([(0, 0), (1, 2), (3, 129)]).collect();
+        let (got, want) = run_case_on(&ks, c, &[1, 3, 67, 130], &queries, 50 + ci as u64);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                "case {ci}: element {i} got {g} want {w}"
+            );
+        }
+    }
 }
 
 #[test]

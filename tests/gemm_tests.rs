@@ -26,13 +26,16 @@ fn cpu_gemm(x: &[f32], w: &[f32], t: usize, n: usize, k: usize) -> (Vec<f64>, Ve
 }
 
 fn check_gemm(format: WeightFormat, t: usize, n: usize, seed: u64) {
+    check_gemm_on(kernels(), format, t, n, seed);
+}
+
+fn check_gemm_on(ks: &wllm::kernels::Kernels, format: WeightFormat, t: usize, n: usize, seed: u64) {
     let k = awkward_k(format);
     let mut r = rng(seed);
     let (w, wc) = rand_weight(&mut r, format, n, k);
     let x = rand_vec(&mut r, t * k);
     let xb = upload(&x);
     let yb = zeros(t * n);
-    let ks = kernels();
     let mut enc = encoder();
     ks.gemm(&mut enc, &w, Rows::new(&xb, k), Rows::new(&yb, n), t as u32)
         .unwrap();
@@ -180,5 +183,40 @@ fn large_weights_are_bound_in_windows() {
         );
         assert_eq!(bits(&out[0]), bits(&out[1]), "{format:?} gemm");
         assert_eq!(bits(&out[2]), bits(&out[3]), "{format:?} embed");
+    }
+}
+
+/// The tiles chosen for real GPUs (64-lane workgroups, 8x8 / 1x4 tiles) are run
+/// on this adapter too: same results as the CPU reference, same bits across tiles.
+#[test]
+fn gpu_shaped_gemm_matches_cpu() {
+    let mut ks = wllm::kernels::Kernels::new(&kernels().ctx).unwrap();
+    ks.use_gpu_shapes();
+    for (fi, format) in WeightFormat::ALL.into_iter().enumerate() {
+        for (si, &(t, n)) in [(1, 300), (3, 19), (67, 130)].iter().enumerate() {
+            check_gemm_on(&ks, format, t, n, (100 + fi * 10 + si) as u64);
+        }
+        let (t, n, k) = (20usize, 70usize, awkward_k(format));
+        let mut r = rng(5);
+        let (w, _) = rand_weight(&mut r, format, n, k);
+        let xb = upload(&rand_vec(&mut r, t * k));
+        let tiles = ks.row_tiles(&w);
+        let outs: Vec<wgpu::Buffer> = tiles.iter().map(|_| zeros(t * n)).collect();
+        let mut enc = encoder();
+        for (tm, y) in tiles.iter().zip(&outs) {
+            ks.gemm_with(&mut enc, &w, Rows::new(&xb, k), Rows::new(y, n), t as u32, *tm)
+                .unwrap();
+        }
+        let reads: Vec<(&wgpu::Buffer, usize)> = outs.iter().map(|b| (b, t * n)).collect();
+        let got: Vec<Vec<f32>> = run_read(enc, &reads);
+        for (i, g) in got.iter().enumerate() {
+            assert_eq!(
+                bits(g),
+                bits(&got[0]),
+                "{format:?}: row tile {} differs from row tile {}",
+                tiles[i],
+                tiles[0]
+            );
+        }
     }
 }

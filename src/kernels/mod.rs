@@ -47,6 +47,29 @@ pub struct GemmTiles {
 }
 
 impl GemmTiles {
+    /// lavapipe: one workgroup runs on one thread as 8 SIMD lanes; big register
+    /// tiles amortise loads (see DESIGN.md, "what a probe found").
+    pub fn cpu() -> Self {
+        Self {
+            decode_tn: 16,
+            prefill_tm: 32,
+            prefill_tn: 16,
+            quant_prefill_tm: 16,
+            wg: 8,
+        }
+    }
+
+    /// GPUs: 64-lane workgroups and small tiles that keep occupancy up.
+    pub fn gpu() -> Self {
+        Self {
+            decode_tn: 4,
+            prefill_tm: 8,
+            prefill_tn: 8,
+            quant_prefill_tm: 8,
+            wg: 64,
+        }
+    }
+
     pub fn for_adapter(ctx: &GpuContext) -> Self {
         // WLLM_GEMM_TILES=decode_tn,prefill_tm,prefill_tn,quant_prefill_tm,wg overrides (for tuning).
         if let Some(v) = std::env::var("WLLM_GEMM_TILES").ok().and_then(|s| {
@@ -61,25 +84,7 @@ impl GemmTiles {
                 wg: v[4],
             };
         }
-        if ctx.is_cpu() {
-            // lavapipe: one workgroup runs on one thread as 8 SIMD lanes; big
-            // register tiles amortise loads (see DESIGN.md, "what a probe found").
-            Self {
-                decode_tn: 16,
-                prefill_tm: 32,
-                prefill_tn: 16,
-                quant_prefill_tm: 16,
-                wg: 8,
-            }
-        } else {
-            Self {
-                decode_tn: 4,
-                prefill_tm: 8,
-                prefill_tn: 8,
-                quant_prefill_tm: 8,
-                wg: 64,
-            }
-        }
+        if ctx.is_cpu() { Self::cpu() } else { Self::gpu() }
     }
 }
 
@@ -149,6 +154,8 @@ pub enum RopePairing {
 pub struct Kernels {
     pub ctx: GpuContext,
     pub tiles: GemmTiles,
+    /// Kernel shapes for CPU adapters (lavapipe) rather than GPUs.
+    pub cpu_shapes: bool,
     rms_norm: Arc<Kernel>,
     rope: Arc<Kernel>,
     silu_mul: Arc<Kernel>,
@@ -186,6 +193,7 @@ impl Kernels {
             binding_limit: ctx.max_binding(),
             ctx: ctx.clone(),
             tiles: GemmTiles::for_adapter(ctx),
+            cpu_shapes: ctx.is_cpu(),
             rms_norm: k(
                 "rms_norm",
                 include_str!("../../shaders/rms_norm.wgsl"),
@@ -222,6 +230,13 @@ impl Kernels {
 
     fn storage_align(&self) -> u64 {
         u64::from(self.ctx.limits.min_storage_buffer_offset_alignment).max(4)
+    }
+
+    /// Uses the kernel shapes chosen for GPUs whatever the adapter (tests run the
+    /// GPU variants on lavapipe this way).
+    pub fn use_gpu_shapes(&mut self) {
+        self.tiles = GemmTiles::gpu();
+        self.cpu_shapes = false;
     }
 
     /// A zeroed storage buffer of `bytes`.
@@ -477,15 +492,29 @@ impl Kernels {
     /// The `paged_attention` variant for a head shape: on CPU adapters a workgroup
     /// serves every query head of a KV head (each K/V row loaded once).
     fn attention_variant(&self, head_dim: u32, group: u32) -> attention::AttentionVariant {
-        if self.ctx.is_cpu() {
+        // Workgroup memory: W·G lanes of (HD accumulators + max + sum), f32.
+        let fits = |w: u32, g: u32| {
+            u64::from(w * g * (head_dim + 2) * 4) <= u64::from(self.ctx.limits.max_compute_workgroup_storage_size)
+        };
+        let (mut w, mut g) = if self.cpu_shapes {
             let mut g = group.max(1);
             while g > 1 && (g * head_dim > 512 || !group.is_multiple_of(g)) {
                 g -= 1;
             }
-            attention::AttentionVariant { head_dim, w: 8, g }
+            (8, g)
         } else {
-            attention::AttentionVariant { head_dim, w: 32, g: 1 }
+            ((2048 / head_dim).clamp(4, 32), 1)
+        };
+        while !fits(w, g) && g > 1 {
+            g -= 1;
+            while !group.is_multiple_of(g) {
+                g -= 1;
+            }
         }
+        while !fits(w, g) && w > 1 {
+            w /= 2;
+        }
+        attention::AttentionVariant { head_dim, w, g }
     }
 
     fn attention_kernel(&self, v: attention::AttentionVariant) -> Result<Arc<Kernel>, GpuError> {
