@@ -164,12 +164,7 @@ fn gpu_shaped_paged_attention_matches_cpu() {
     {
         let queries: Vec<(usize, usize)> = (30..67).map(|p| (2, p)).chain([(0, 0), (1, 2), (3, 129)]).collect();
         let (got, want) = run_case_on(&ks, c, &[1, 3, 67, 130], &queries, 50 + ci as u64);
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert!(
-                (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
-                "case {ci}: element {i} got {g} want {w}"
-            );
-        }
+        close(&got, &want, 1e-5, &format!("attention case {ci}"));
     }
 }
 
@@ -207,12 +202,7 @@ fn paged_attention_matches_cpu() {
         let mut queries: Vec<(usize, usize)> = (40..67).map(|p| (2, p)).collect();
         queries.extend([(0, 0), (1, 2), (3, 129), (3, 64)]);
         let (got, want) = run_case(c, &seq_lens, &queries, ci as u64);
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert!(
-                (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
-                "case {ci}: element {i} got {g} want {w}"
-            );
-        }
+        close(&got, &want, 1e-5, &format!("attention case {ci}"));
     }
 }
 

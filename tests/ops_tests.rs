@@ -16,16 +16,6 @@ fn cpu_rms_norm(h: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
         .collect()
 }
 
-fn close(got: &[f32], want: &[f32], tol: f32, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= tol * (1.0 + w.abs()),
-            "{what}: element {i} got {g} want {w}"
-        );
-    }
-}
-
 #[test]
 fn rms_norm_matches_cpu_with_and_without_residual_and_gather() {
     let ks = kernels();

@@ -290,31 +290,20 @@ impl LlamaModel {
         let eps = c.rms_eps;
         ks.embed(enc, &self.embed, &b.input_ids, t, &b.h)?;
         for (l, layer) in self.layers.iter().enumerate() {
-            if l == 0 {
-                ks.rms_norm(
-                    enc,
-                    Rows::new(&b.h, c.hidden),
-                    &layer.attn_norm,
-                    None,
-                    None,
-                    eps,
-                    t,
-                    hidden,
-                    &b.x,
-                );
-            } else {
-                ks.rms_norm(
-                    enc,
-                    Rows::new(&b.delta, c.hidden),
-                    &layer.attn_norm,
-                    Some(&b.h),
-                    None,
-                    eps,
-                    t,
-                    hidden,
-                    &b.x,
-                );
-            }
+            // Layer 0 normalises the embeddings; later layers first add the last
+            // MLP output (in delta) to the residual stream h.
+            let (input, residual) = if l == 0 { (&b.h, None) } else { (&b.delta, Some(&b.h)) };
+            ks.rms_norm(
+                enc,
+                Rows::new(input, c.hidden),
+                &layer.attn_norm,
+                residual,
+                None,
+                eps,
+                t,
+                hidden,
+                &b.x,
+            );
             let x = Rows::new(&b.x, c.hidden);
             let qkv_at = |off: u32| Rows {
                 buf: &b.qkv,

@@ -31,6 +31,17 @@ pub fn rand_vec(r: &mut StdRng, n: usize) -> Vec<f32> {
     (0..n).map(|_| r.random_range(-1.0f32..1.0)).collect()
 }
 
+/// Every element within `tol` relative (plus `tol` absolute) of the reference.
+pub fn close(got: &[f32], want: &[f32], tol: f32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= tol * (1.0 + w.abs()),
+            "{what}: element {i} got {g} want {w}"
+        );
+    }
+}
+
 pub fn upload<T: bytemuck::Pod>(data: &[T]) -> wgpu::Buffer {
     let mut bytes = bytemuck::cast_slice::<T, u8>(data).to_vec();
     bytes.resize(bytes.len().max(16).div_ceil(4) * 4, 0);
