@@ -12,6 +12,7 @@
 //! # Ok::<(), wllm::EngineError>(())
 //! ```
 
+pub mod backend;
 pub mod client;
 pub mod engine;
 pub mod gpu;
@@ -23,6 +24,7 @@ pub mod sampling;
 pub mod server;
 pub mod tokenizer;
 
+pub use backend::Device;
 pub use engine::{
     CompletedRequest, Engine, EngineConfig, EngineError, FinishReason, LlmEngine, Prompt, RequestMetrics,
     RequestOutput, RequestStream,

@@ -2,6 +2,7 @@
 //! seed's formula (bytes per token = 2·L·H_kv·d_h·b).
 
 use clap::Args;
+use wllm::backend::device::cuda_unavailable;
 use wllm::engine::KvPlan;
 use wllm::gpu::{GpuContext, GpuOptions};
 use wllm::model::ModelFiles;
@@ -35,16 +36,31 @@ pub fn run(a: &InfoArgs) -> anyhow::Result<()> {
         c.rms_eps,
         c.tie_embeddings
     );
-    let ctx = GpuContext::new(&GpuOptions {
-        adapter: a.engine.adapter.clone(),
-    })?;
-    println!("adapter: {}", ctx.describe());
+    match cuda_unavailable() {
+        None => println!("cuda: available"),
+        Some(why) => println!("cuda: not available ({why})"),
+    }
+    let (describe, max_buffer) = match a.engine.device.resolve()? {
+        #[cfg(feature = "cuda")]
+        wllm::Device::Cuda => {
+            use wllm::backend::Backend;
+            let b = wllm::backend::cuda::CudaBackend::new(0)?;
+            (b.describe(), b.max_buffer())
+        }
+        _ => {
+            let ctx = GpuContext::new(&GpuOptions {
+                adapter: a.engine.adapter.clone(),
+            })?;
+            (ctx.describe(), ctx.max_binding())
+        }
+    };
+    println!("device: {describe}");
     let plan = KvPlan::new(
         c.kv_bytes_per_token(),
         c.layers,
         a.engine.block_size,
         a.engine.kv_cache_memory,
-        ctx.max_binding(),
+        max_buffer,
         c.max_context,
         a.engine.max_model_len,
     )

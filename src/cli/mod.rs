@@ -21,7 +21,11 @@ pub struct EngineArgs {
     /// A .gguf file or a Hugging Face directory (default: SmolLM2-135M-Instruct, fetched when missing).
     #[arg(long, global = true)]
     pub model: Option<PathBuf>,
-    /// Substring of the adapter name to use (also WLLM_ADAPTER).
+    /// Backend: wgpu (WGSL on Vulkan/Metal/DX12), cuda (needs a build with --features cuda), or auto
+    /// (cuda when built with it and an NVIDIA device exists, else wgpu).
+    #[arg(long, global = true, default_value = "auto")]
+    pub device: wllm::Device,
+    /// Substring of the wgpu adapter name to use (also WLLM_ADAPTER).
     #[arg(long, global = true)]
     pub adapter: Option<String>,
     /// Bytes of GPU memory for the KV cache pool (default 512 MiB, within the adapter's limits).
@@ -74,6 +78,7 @@ impl EngineArgs {
     pub fn config(&self) -> anyhow::Result<EngineConfig> {
         Ok(EngineConfig {
             model: self.model_path()?,
+            device: self.device,
             adapter: self.adapter.clone(),
             kv_cache_memory: self.kv_cache_memory,
             block_size: self.block_size,
@@ -90,7 +95,7 @@ impl EngineArgs {
         let t0 = std::time::Instant::now();
         let engine =
             wllm::Engine::new(&cfg).with_context(|| format!("starting the engine on {}", cfg.model.display()))?;
-        eprintln!("adapter: {}", engine.adapter());
+        eprintln!("device: {}", engine.adapter());
         eprintln!("{}", engine.kv_plan().describe());
         eprintln!("loaded {} in {:.1} s", cfg.model.display(), t0.elapsed().as_secs_f64());
         Ok(engine)

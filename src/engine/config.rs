@@ -8,7 +8,9 @@ use std::path::PathBuf;
 pub struct EngineConfig {
     /// A .gguf file or a Hugging Face directory.
     pub model: PathBuf,
-    /// Substring of the adapter name (`WLLM_ADAPTER` when unset).
+    /// The backend: wgpu, cuda, or auto (cuda when built with it and an NVIDIA device exists).
+    pub device: crate::backend::Device,
+    /// Substring of the wgpu adapter name (`WLLM_ADAPTER` when unset).
     pub adapter: Option<String>,
     /// Bytes of the KV pool; default: 512 MiB, within the adapter's binding limit.
     pub kv_cache_memory: Option<u64>,
@@ -27,6 +29,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             model: PathBuf::new(),
+            device: crate::backend::Device::Auto,
             adapter: None,
             kv_cache_memory: None,
             block_size: 16,

@@ -83,7 +83,7 @@ impl Engine {
         let tokenizer = core.tokenizer.clone();
         let model_config = core.model_config.clone();
         let plan = core.plan.clone();
-        let adapter = core.runner.kernels.ctx.describe();
+        let adapter = core.runner.describe();
         let thread = std::thread::Builder::new()
             .name("wllm-engine".into())
             .spawn(move || run_loop(core, rx))

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::config::{EngineConfig, KvPlan};
-use super::model_runner::{ModelRunner, SeqChunk};
+use super::model_runner::{ModelRunner, SeqChunk, StepRunner};
 use super::scheduler::{Scheduler, SchedulerConfig};
 use super::sequence::{FinishReason, SeqId, SeqStatus, Sequence};
 use super::{BlockManager, EngineError};
+use crate::backend::Backend;
 use crate::gpu::{GpuContext, GpuOptions};
 use crate::kernels::Kernels;
 use crate::metrics::Metrics;
@@ -65,7 +66,7 @@ pub struct LlmEngine {
     pub tokenizer: Arc<Tokenizer>,
     pub model_config: ModelConfig,
     pub plan: KvPlan,
-    pub runner: ModelRunner,
+    pub runner: Box<dyn StepRunner>,
     pub scheduler: Scheduler,
     pub metrics: Metrics,
     next_id: SeqId,
@@ -73,16 +74,27 @@ pub struct LlmEngine {
 }
 
 impl LlmEngine {
-    /// Opens the adapter, loads the model and tokenizer, sizes the KV pool.
+    /// Opens the device (`cfg.device`), loads the model and tokenizer, sizes the KV pool.
     pub fn new(cfg: &EngineConfig) -> Result<Self, EngineError> {
-        let ctx = GpuContext::new(&GpuOptions {
-            adapter: cfg.adapter.clone(),
-        })?;
-        Self::with_context(&ctx, cfg)
+        match cfg.device.resolve()? {
+            #[cfg(feature = "cuda")]
+            crate::backend::Device::Cuda => Self::with_backend(crate::backend::cuda::CudaBackend::new(0)?, cfg),
+            _ => {
+                let ctx = GpuContext::new(&GpuOptions {
+                    adapter: cfg.adapter.clone(),
+                })?;
+                Self::with_context(&ctx, cfg)
+            }
+        }
     }
 
-    /// As `new`, on an already opened device.
+    /// As `new`, on an already opened wgpu device.
     pub fn with_context(ctx: &GpuContext, cfg: &EngineConfig) -> Result<Self, EngineError> {
+        Self::with_backend(Kernels::new(ctx)?, cfg)
+    }
+
+    /// As `new`, on a backend the caller opened.
+    pub fn with_backend<B: Backend>(kernels: B, cfg: &EngineConfig) -> Result<Self, EngineError> {
         let files = ModelFiles::open(&cfg.model)?;
         let model_config = files.config()?;
         let tokenizer = match &files {
@@ -94,7 +106,7 @@ impl LlmEngine {
             model_config.layers,
             cfg.block_size,
             cfg.kv_cache_memory,
-            ctx.max_binding(),
+            kernels.max_buffer(),
             model_config.max_context,
             cfg.max_model_len,
         )
@@ -104,7 +116,6 @@ impl LlmEngine {
                 "--max-num-batched-tokens and --max-num-seqs must be at least 1".into(),
             ));
         }
-        let kernels = Kernels::new(ctx)?;
         let model = LlamaModel::load(&kernels, &files, &model_config)?;
         let runner = ModelRunner::new(
             kernels,
@@ -121,13 +132,13 @@ impl LlmEngine {
             max_model_len: plan.max_model_len,
         };
         let blocks = BlockManager::new(plan.num_blocks, plan.block_size, cfg.enable_prefix_caching);
-        let static_bytes = runner.model.weight_bytes + runner.bufs.bytes();
+        let static_bytes = runner.static_bytes();
         let mut me = Self {
             tokenizer: Arc::new(tokenizer),
             model_config,
             plan,
             scheduler: Scheduler::new(sched_cfg, blocks),
-            runner,
+            runner: Box::new(runner),
             metrics: Metrics::default(),
             next_id: 0,
             static_bytes,
@@ -292,10 +303,10 @@ impl LlmEngine {
         m.num_requests_running = self.scheduler.running.len() as u64;
         m.num_requests_waiting = self.scheduler.waiting.len() as u64;
         m.kv_cache_usage_perc = b.usage();
-        let block_bytes = self.runner.kv.bytes() / b.num_blocks().max(1) as u64;
+        let block_bytes = self.runner.kv_bytes() / b.num_blocks().max(1) as u64;
         let used = (b.num_blocks() - b.num_free_blocks()) as u64;
         m.gpu_memory_allocated_bytes = self.static_bytes + used * block_bytes;
-        m.gpu_memory_reserved_bytes = self.static_bytes + self.runner.kv.bytes();
+        m.gpu_memory_reserved_bytes = self.static_bytes + self.runner.kv_bytes();
         m.gpu_memory_allocated_peak_bytes = m.gpu_memory_allocated_peak_bytes.max(m.gpu_memory_allocated_bytes);
         m.gpu_memory_reserved_peak_bytes = m.gpu_memory_reserved_peak_bytes.max(m.gpu_memory_reserved_bytes);
     }

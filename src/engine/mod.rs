@@ -15,6 +15,6 @@ pub use config::{EngineConfig, KvPlan};
 pub use error::EngineError;
 pub use handle::{BlockStats, CompletedRequest, Engine, RequestStream};
 pub use llm_engine::{LlmEngine, Prompt, RequestMetrics, RequestOutput};
-pub use model_runner::{ModelRunner, SeqChunk, StepResult};
+pub use model_runner::{ModelRunner, SeqChunk, StepResult, StepRunner};
 pub use scheduler::{Scheduler, SchedulerConfig, SchedulerOutput};
 pub use sequence::{FinishReason, SeqId, SeqStatus, Sequence};

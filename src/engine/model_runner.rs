@@ -1,11 +1,12 @@
-//! ModelRunner: flattens one scheduled step into varlen arrays, uploads them with
-//! `queue.write_buffer`, encodes the whole forward into one submission, and reads
-//! back only the sampled token ids (and the logit rows that CPU sampling needs).
+//! ModelRunner: flattens one scheduled step into varlen arrays, uploads them,
+//! records the whole forward as one step of the backend (one submission on
+//! wgpu, one stream on cuda), and reads back only the sampled token ids (and
+//! the logit rows that CPU sampling needs). `StepRunner` hides the backend from
+//! the engine.
 
-use crate::gpu::{BufSlice, StepEncoder};
-use crate::kernels::Kernels;
-use crate::model::ModelError;
+use crate::backend::Backend;
 use crate::model::llama::{KvCache, LlamaModel, StepBuffers};
+use crate::model::{ModelConfig, ModelError};
 
 /// One sequence's share of a step.
 #[derive(Clone, Debug)]
@@ -30,18 +31,53 @@ pub struct StepResult {
     pub logits: Option<Vec<f32>>,
 }
 
-/// Runs the model over the paged cache.
-pub struct ModelRunner {
-    pub model: LlamaModel,
-    pub kernels: Kernels,
-    pub kv: KvCache,
-    pub bufs: StepBuffers,
+/// What the engine needs of a model runner, whatever its backend.
+pub trait StepRunner: Send {
+    /// Computes the chunks of one step; `want_logits` also reads back the logits rows.
+    fn execute(&self, batch: &[SeqChunk], want_logits: bool) -> Result<StepResult, ModelError>;
+    fn block_size(&self) -> usize;
+    /// The device, in words.
+    fn describe(&self) -> String;
+    /// Bytes of weights and step buffers on the device.
+    fn static_bytes(&self) -> u64;
+    /// Bytes of the KV pool on the device.
+    fn kv_bytes(&self) -> u64;
+    fn config(&self) -> &ModelConfig;
 }
 
-impl ModelRunner {
+/// Runs the model over the paged cache.
+pub struct ModelRunner<B: Backend> {
+    pub model: LlamaModel<B>,
+    pub kernels: B,
+    pub kv: KvCache<B>,
+    pub bufs: StepBuffers<B>,
+}
+
+impl<B: Backend> StepRunner for ModelRunner<B> {
+    fn execute(&self, batch: &[SeqChunk], want_logits: bool) -> Result<StepResult, ModelError> {
+        ModelRunner::execute(self, batch, want_logits)
+    }
+    fn block_size(&self) -> usize {
+        self.kv.block_size
+    }
+    fn describe(&self) -> String {
+        self.kernels.describe()
+    }
+    fn static_bytes(&self) -> u64 {
+        self.model.weight_bytes + self.bufs.bytes(&self.kernels)
+    }
+    fn kv_bytes(&self) -> u64 {
+        self.kv.bytes
+    }
+    fn config(&self) -> &ModelConfig {
+        &self.model.cfg
+    }
+}
+
+impl<B: Backend> ModelRunner<B> {
     pub fn new(
-        kernels: Kernels,
-        model: LlamaModel,
+        kernels: B,
+        model: LlamaModel<B>,
         num_blocks: usize,
         block_size: usize,
         max_tokens: usize,
@@ -50,7 +86,7 @@ impl ModelRunner {
     ) -> Result<Self, ModelError> {
         let kv = KvCache::new(&kernels, &model.cfg, num_blocks, block_size)?;
         let max_blocks = max_model_len.div_ceil(block_size);
-        let bufs = StepBuffers::new(&kernels, &model.cfg, max_tokens, max_seqs, max_blocks);
+        let bufs = StepBuffers::new(&kernels, &model.cfg, max_tokens, max_seqs, max_blocks)?;
         Ok(Self {
             model,
             kernels,
@@ -103,28 +139,28 @@ impl ModelRunner {
                 rows.push(ids.len() as u32 - 1);
             }
         }
-        let q = &self.kernels.ctx.queue;
-        q.write_buffer(&b.input_ids, 0, bytemuck::cast_slice(&ids));
-        q.write_buffer(&b.positions, 0, bytemuck::cast_slice(&positions));
-        q.write_buffer(&b.token_seq, 0, bytemuck::cast_slice(&token_seq));
-        q.write_buffer(&b.slot_mapping, 0, bytemuck::cast_slice(&slots));
-        q.write_buffer(&b.block_tables, 0, bytemuck::cast_slice(&tables));
+        let ks = &self.kernels;
+        ks.write(&b.input_ids, bytemuck::cast_slice(&ids))?;
+        ks.write(&b.positions, bytemuck::cast_slice(&positions))?;
+        ks.write(&b.token_seq, bytemuck::cast_slice(&token_seq))?;
+        ks.write(&b.slot_mapping, bytemuck::cast_slice(&slots))?;
+        ks.write(&b.block_tables, bytemuck::cast_slice(&tables))?;
         let n_rows = rows.len();
         // A step with no sampling row still runs the LM head on one row (cheap) so
         // that the encoded pass is always the same shape.
         if rows.is_empty() {
             rows.push(t as u32 - 1);
         }
-        q.write_buffer(&b.logits_rows, 0, bytemuck::cast_slice(&rows));
-        let mut enc = StepEncoder::new(&self.kernels.ctx);
+        ks.write(&b.logits_rows, bytemuck::cast_slice(&rows))?;
+        let mut enc = ks.begin();
         self.model
-            .encode_forward(&self.kernels, &mut enc, &self.kv, b, t as u32, rows.len() as u32)?;
+            .encode_forward(ks, &mut enc, &self.kv, b, t as u32, rows.len() as u32)?;
         let vocab = self.model.cfg.vocab;
-        let mut reads = vec![BufSlice::range(&b.sampled, 0, (rows.len() * 4) as u64)];
+        let mut reads = vec![(&b.sampled, (rows.len() * 4) as u64)];
         if want_logits && n_rows > 0 {
-            reads.push(BufSlice::range(&b.logits, 0, (n_rows * vocab * 4) as u64));
+            reads.push((&b.logits, (n_rows * vocab * 4) as u64));
         }
-        let mut out = enc.submit_and_read(&reads)?;
+        let mut out = ks.finish(enc, &reads)?;
         let logits = (out.len() > 1).then(|| bytemuck::pod_collect_to_vec(&out.remove(1)));
         let mut argmax: Vec<u32> = bytemuck::pod_collect_to_vec(&out.remove(0));
         argmax.truncate(n_rows);

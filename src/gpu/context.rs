@@ -25,6 +25,8 @@ pub enum GpuError {
     Shader { name: String, message: String },
     #[error("{0}")]
     Limit(String),
+    #[error("cuda backend: {0}")]
+    Cuda(String),
 }
 
 /// How to choose the adapter.

@@ -15,26 +15,9 @@ use wgpu::util::DeviceExt;
 pub use gemm::{GemmParams, GemmVariant};
 pub use weight::{GpuWeight, WeightWindow};
 
+pub use crate::backend::{PagedKv, RopePairing, Rows};
 use crate::gpu::{Binding, BufSlice, GpuContext, GpuError, Kernel, StepEncoder};
 use crate::quant::WeightFormat;
-
-/// Rows of activations: element `off + t*stride` starts row `t`.
-#[derive(Clone, Copy, Debug)]
-pub struct Rows<'a> {
-    pub buf: &'a wgpu::Buffer,
-    pub off: u32,
-    pub stride: u32,
-}
-
-impl<'a> Rows<'a> {
-    pub fn new(buf: &'a wgpu::Buffer, stride: usize) -> Self {
-        Self {
-            buf,
-            off: 0,
-            stride: stride as u32,
-        }
-    }
-}
 
 /// Register-tile shapes of the gemm, chosen per adapter class.
 #[derive(Clone, Copy, Debug)]
@@ -113,22 +96,6 @@ struct AttentionParams {
     pad: u32,
 }
 
-/// The paged KV cache and step arrays `paged_attention` reads.
-#[derive(Clone, Copy, Debug)]
-pub struct PagedKv<'a> {
-    // k_cache, v_cache: (num_blocks * block_size, kv_heads * head_dim) f32
-    pub k_cache: &'a wgpu::Buffer,
-    pub v_cache: &'a wgpu::Buffer,
-    pub kv_heads: u32,
-    pub head_dim: u32,
-    pub block_size: u32,
-    // positions, token_seq: (T) u32; block_tables: (S, max_blocks) u32
-    pub positions: &'a wgpu::Buffer,
-    pub token_seq: &'a wgpu::Buffer,
-    pub block_tables: &'a wgpu::Buffer,
-    pub max_blocks: u32,
-}
-
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 struct RopeParams {
@@ -139,15 +106,6 @@ struct RopeParams {
     pairing: u32,
     max_pos: u32,
     pad: [u32; 2],
-}
-
-/// How rotary pairs are formed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RopePairing {
-    /// (i, i + d/2): Hugging Face checkpoints.
-    RotateHalf = 0,
-    /// (2i, 2i + 1): GGUF llama.
-    Adjacent = 1,
 }
 
 /// Every pipeline of the engine.

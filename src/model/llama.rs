@@ -1,104 +1,108 @@
-//! The Llama forward pass (candle's shape: `load` + `forward`), encoded as WGSL
-//! dispatches into one `StepEncoder`:
+//! The Llama forward pass (candle's shape: `load` + `forward`), recorded as ops
+//! of a `Backend` (wgpu or cuda) into one step:
 //! embed → per layer: rms_norm → q,k,v gemms → rope → cache_write →
 //! paged_attention → o gemm → rms_norm(+residual) → gate,up gemms → silu·mul →
 //! down gemm → final rms_norm(+residual) on the sampled rows only → lm_head → argmax.
 
-use wgpu::util::DeviceExt;
-
 use super::{ModelConfig, ModelError, ModelFiles, RawTensor};
-use crate::gpu::StepEncoder;
-use crate::kernels::{GpuWeight, Kernels, PagedKv, Rows, rope_table_scaled};
+use crate::backend::{Backend, PagedKv, Rows, WeightInfo};
+use crate::kernels::rope_table_scaled;
 use crate::quant;
 
 /// One decoder layer's weights.
-pub struct Layer {
+pub struct Layer<B: Backend> {
     // attn_norm, ffn_norm: (hidden) f32
-    pub attn_norm: wgpu::Buffer,
-    pub ffn_norm: wgpu::Buffer,
+    pub attn_norm: B::Buffer,
+    pub ffn_norm: B::Buffer,
     // q: (heads*hd, hidden), k, v: (kv_heads*hd, hidden), o: (hidden, heads*hd)
-    pub q: GpuWeight,
-    pub k: GpuWeight,
-    pub v: GpuWeight,
-    pub o: GpuWeight,
+    pub q: B::Weight,
+    pub k: B::Weight,
+    pub v: B::Weight,
+    pub o: B::Weight,
     // gate, up: (inter, hidden), down: (hidden, inter)
-    pub gate: GpuWeight,
-    pub up: GpuWeight,
-    pub down: GpuWeight,
+    pub gate: B::Weight,
+    pub up: B::Weight,
+    pub down: B::Weight,
 }
 
 /// The model resident on the GPU.
-pub struct LlamaModel {
+pub struct LlamaModel<B: Backend> {
     pub cfg: ModelConfig,
     // embed: (vocab, hidden); also the LM head when embeddings are tied
-    pub embed: GpuWeight,
-    pub layers: Vec<Layer>,
+    pub embed: B::Weight,
+    pub layers: Vec<Layer<B>>,
     // final_norm: (hidden) f32
-    pub final_norm: wgpu::Buffer,
-    pub lm_head: Option<GpuWeight>,
+    pub final_norm: B::Buffer,
+    pub lm_head: Option<B::Weight>,
     // rope: (max_context, hd/2) vec2<f32> (cos, sin)
-    pub rope: wgpu::Buffer,
+    pub rope: B::Buffer,
     /// Bytes of weights on the GPU.
     pub weight_bytes: u64,
 }
 
 /// The per-step arrays and activations the forward pass reads and writes.
-pub struct StepBuffers {
+pub struct StepBuffers<B: Backend> {
     pub max_tokens: usize,
     pub max_seqs: usize,
     pub max_blocks: usize,
     // input_ids, positions, token_seq, slot_mapping: (max_tokens) u32
-    pub input_ids: wgpu::Buffer,
-    pub positions: wgpu::Buffer,
-    pub token_seq: wgpu::Buffer,
-    pub slot_mapping: wgpu::Buffer,
+    pub input_ids: B::Buffer,
+    pub positions: B::Buffer,
+    pub token_seq: B::Buffer,
+    pub slot_mapping: B::Buffer,
     // block_tables: (max_seqs, max_blocks) u32; logits_rows: (max_seqs) u32
-    pub block_tables: wgpu::Buffer,
-    pub logits_rows: wgpu::Buffer,
+    pub block_tables: B::Buffer,
+    pub logits_rows: B::Buffer,
     // h (residual), delta, x: (max_tokens, hidden) f32
-    pub h: wgpu::Buffer,
-    pub delta: wgpu::Buffer,
-    pub x: wgpu::Buffer,
+    pub h: B::Buffer,
+    pub delta: B::Buffer,
+    pub x: B::Buffer,
     // qkv: (max_tokens, (heads + 2 kv_heads) hd); attn: (max_tokens, heads hd)
-    pub qkv: wgpu::Buffer,
-    pub attn: wgpu::Buffer,
+    pub qkv: B::Buffer,
+    pub attn: B::Buffer,
     // gu: (max_tokens, 2 inter); act: (max_tokens, inter)
-    pub gu: wgpu::Buffer,
-    pub act: wgpu::Buffer,
+    pub gu: B::Buffer,
+    pub act: B::Buffer,
     // xf: (max_seqs, hidden); logits: (max_seqs, vocab) f32; sampled: (max_seqs) u32
-    pub xf: wgpu::Buffer,
-    pub logits: wgpu::Buffer,
-    pub sampled: wgpu::Buffer,
+    pub xf: B::Buffer,
+    pub logits: B::Buffer,
+    pub sampled: B::Buffer,
 }
 
-impl StepBuffers {
-    pub fn new(ks: &Kernels, cfg: &ModelConfig, max_tokens: usize, max_seqs: usize, max_blocks: usize) -> Self {
-        let f = |n: usize| ks.scratch((n * 4) as u64);
-        Self {
+impl<B: Backend> StepBuffers<B> {
+    pub fn new(
+        ks: &B,
+        cfg: &ModelConfig,
+        max_tokens: usize,
+        max_seqs: usize,
+        max_blocks: usize,
+    ) -> Result<Self, ModelError> {
+        let f = |n: usize| ks.zeros((n * 4) as u64);
+        Ok(Self {
             max_tokens,
             max_seqs,
             max_blocks,
-            input_ids: f(max_tokens),
-            positions: f(max_tokens),
-            token_seq: f(max_tokens),
-            slot_mapping: f(max_tokens),
-            block_tables: f(max_seqs * max_blocks),
-            logits_rows: f(max_seqs),
-            h: f(max_tokens * cfg.hidden),
-            delta: f(max_tokens * cfg.hidden),
-            x: f(max_tokens * cfg.hidden),
-            qkv: f(max_tokens * cfg.qkv_width()),
-            attn: f(max_tokens * cfg.heads * cfg.head_dim),
-            gu: f(max_tokens * 2 * cfg.intermediate),
-            act: f(max_tokens * cfg.intermediate),
-            xf: f(max_seqs * cfg.hidden),
-            logits: f(max_seqs * cfg.vocab),
-            sampled: f(max_seqs),
-        }
+            input_ids: f(max_tokens)?,
+            positions: f(max_tokens)?,
+            token_seq: f(max_tokens)?,
+            slot_mapping: f(max_tokens)?,
+            block_tables: f(max_seqs * max_blocks)?,
+            logits_rows: f(max_seqs)?,
+            h: f(max_tokens * cfg.hidden)?,
+            delta: f(max_tokens * cfg.hidden)?,
+            x: f(max_tokens * cfg.hidden)?,
+            qkv: f(max_tokens * cfg.qkv_width())?,
+            attn: f(max_tokens * cfg.heads * cfg.head_dim)?,
+            gu: f(max_tokens * 2 * cfg.intermediate)?,
+            act: f(max_tokens * cfg.intermediate)?,
+            xf: f(max_seqs * cfg.hidden)?,
+            logits: f(max_seqs * cfg.vocab)?,
+            sampled: f(max_seqs)?,
+        })
     }
 
     /// Bytes of all step buffers.
-    pub fn bytes(&self) -> u64 {
+    pub fn bytes(&self, ks: &B) -> u64 {
         [
             &self.input_ids,
             &self.positions,
@@ -118,41 +122,40 @@ impl StepBuffers {
             &self.sampled,
         ]
         .iter()
-        .map(|b| b.size())
+        .map(|b| ks.buffer_bytes(b))
         .sum()
     }
 }
 
 /// The paged KV cache: one K and one V buffer per layer.
-pub struct KvCache {
+pub struct KvCache<B: Backend> {
     // k, v: per layer (num_blocks * block_size, kv_heads * hd) f32
-    pub k: Vec<wgpu::Buffer>,
-    pub v: Vec<wgpu::Buffer>,
+    pub k: Vec<B::Buffer>,
+    pub v: Vec<B::Buffer>,
     pub num_blocks: usize,
     pub block_size: usize,
+    /// Bytes of all K and V buffers.
+    pub bytes: u64,
 }
 
-impl KvCache {
-    pub fn new(ks: &Kernels, cfg: &ModelConfig, num_blocks: usize, block_size: usize) -> Result<Self, ModelError> {
+impl<B: Backend> KvCache<B> {
+    pub fn new(ks: &B, cfg: &ModelConfig, num_blocks: usize, block_size: usize) -> Result<Self, ModelError> {
         let per_layer = (num_blocks * block_size * cfg.kv_heads * cfg.head_dim * 4) as u64;
-        if per_layer > ks.ctx.max_binding() {
+        if per_layer > ks.max_buffer() {
             return Err(ModelError::Config(format!(
                 "a KV pool of {num_blocks} blocks needs {per_layer} bytes per layer, over the adapter's binding \
                  limit of {} bytes: lower --kv-cache-memory",
-                ks.ctx.max_binding()
+                ks.max_buffer()
             )));
         }
-        let mk = |_| ks.scratch(per_layer);
+        let mk = |_| ks.zeros(per_layer);
         Ok(Self {
-            k: (0..cfg.layers).map(mk).collect(),
-            v: (0..cfg.layers).map(mk).collect(),
+            k: (0..cfg.layers).map(mk).collect::<Result<_, _>>()?,
+            v: (0..cfg.layers).map(mk).collect::<Result<_, _>>()?,
             num_blocks,
             block_size,
+            bytes: 2 * cfg.layers as u64 * per_layer,
         })
-    }
-
-    pub fn bytes(&self) -> u64 {
-        self.k.iter().chain(&self.v).map(|b| b.size()).sum()
     }
 }
 
@@ -167,33 +170,29 @@ fn check_shape(t: &RawTensor, rows: usize, cols: usize) -> Result<(), ModelError
     Ok(())
 }
 
-fn load_matrix(
-    ks: &Kernels,
+fn load_matrix<B: Backend>(
+    ks: &B,
     files: &ModelFiles,
     name: &str,
     rows: usize,
     cols: usize,
-) -> Result<GpuWeight, ModelError> {
+) -> Result<B::Weight, ModelError> {
     let t = files.tensor(name)?;
     check_shape(&t, rows, cols)?;
     let r = quant::repack(t.format, t.bytes, rows, cols)?;
-    Ok(GpuWeight::upload(&ks.ctx, &r, name))
+    Ok(ks.upload_weight(&r, name)?)
 }
 
-fn load_vector(ks: &Kernels, files: &ModelFiles, name: &str, len: usize) -> Result<wgpu::Buffer, ModelError> {
+fn load_vector<B: Backend>(ks: &B, files: &ModelFiles, name: &str, len: usize) -> Result<B::Buffer, ModelError> {
     let t = files.tensor(name)?;
     check_shape(&t, 1, len)?;
     let v = quant::dequantize(t.format, t.bytes, 1, len)?;
-    Ok(ks.ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-        label: Some(name),
-        contents: bytemuck::cast_slice(&v),
-        usage: wgpu::BufferUsages::STORAGE,
-    }))
+    Ok(ks.upload(bytemuck::cast_slice(&v), name)?)
 }
 
-impl LlamaModel {
+impl<B: Backend> LlamaModel<B> {
     /// Uploads every weight, checking each shape against `cfg`, and prepares the kernels.
-    pub fn load(ks: &Kernels, files: &ModelFiles, cfg: &ModelConfig) -> Result<Self, ModelError> {
+    pub fn load(ks: &B, files: &ModelFiles, cfg: &ModelConfig) -> Result<Self, ModelError> {
         let (hd, h, hq, hk, inter) = (cfg.head_dim, cfg.hidden, cfg.heads, cfg.kv_heads, cfg.intermediate);
         let embed = load_matrix(ks, files, "token_embd.weight", cfg.vocab, h)?;
         let mut layers = Vec::with_capacity(cfg.layers);
@@ -218,17 +217,14 @@ impl LlamaModel {
             None
         };
         let table = rope_table_scaled(cfg.max_context, hd, cfg.rope_theta, cfg.rope_freq_factors.as_deref());
-        let rope = ks.ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("rope table"),
-            contents: bytemuck::cast_slice(&table),
-            usage: wgpu::BufferUsages::STORAGE,
-        });
-        let mut weight_bytes = embed.gpu_bytes() + lm_head.as_ref().map_or(0, |w| w.gpu_bytes());
+        let rope = ks.upload(bytemuck::cast_slice(&table), "rope table")?;
+        let mut weight_bytes = embed.device_bytes() + lm_head.as_ref().map_or(0, |w| w.device_bytes());
         for l in &layers {
-            for w in [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down] {
-                weight_bytes += w.gpu_bytes();
+            let ws: [&B::Weight; 7] = [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down];
+            for w in ws {
+                weight_bytes += w.device_bytes();
             }
-            weight_bytes += l.attn_norm.size() + l.ffn_norm.size();
+            weight_bytes += ks.buffer_bytes(&l.attn_norm) + ks.buffer_bytes(&l.ffn_norm);
         }
         let model = Self {
             cfg: cfg.clone(),
@@ -244,18 +240,18 @@ impl LlamaModel {
     }
 
     /// Compiles and warms every pipeline the forward pass uses.
-    fn prepare(&self, ks: &Kernels) -> Result<(), ModelError> {
+    fn prepare(&self, ks: &B) -> Result<(), ModelError> {
         ks.prepare_embed(&self.embed)?;
         let mut seen = std::collections::HashSet::new();
         let l0 = &self.layers[0];
         for w in [&l0.q, &l0.k, &l0.v, &l0.o, &l0.gate, &l0.up, &l0.down, self.lm_head()] {
-            if seen.insert((w.format, w.k.is_multiple_of(8))) {
+            if seen.insert((w.format(), w.cols().is_multiple_of(8))) {
                 ks.prepare_gemm(w)?;
             }
         }
         for l in &self.layers {
             for w in [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down] {
-                if seen.insert((w.format, w.k.is_multiple_of(8))) {
+                if seen.insert((w.format(), w.cols().is_multiple_of(8))) {
                     ks.prepare_gemm(w)?;
                 }
             }
@@ -268,7 +264,7 @@ impl LlamaModel {
         Ok(())
     }
 
-    pub fn lm_head(&self) -> &GpuWeight {
+    pub fn lm_head(&self) -> &B::Weight {
         self.lm_head.as_ref().unwrap_or(&self.embed)
     }
 
@@ -277,10 +273,10 @@ impl LlamaModel {
     /// their argmax in `b.sampled`.
     pub fn encode_forward(
         &self,
-        ks: &Kernels,
-        enc: &mut StepEncoder,
-        kv: &KvCache,
-        b: &StepBuffers,
+        ks: &B,
+        enc: &mut B::Step,
+        kv: &KvCache<B>,
+        b: &StepBuffers<B>,
         t: u32,
         n_rows: u32,
     ) -> Result<(), ModelError> {
@@ -303,7 +299,7 @@ impl LlamaModel {
                 t,
                 hidden,
                 &b.x,
-            );
+            )?;
             let x = Rows::new(&b.x, c.hidden);
             let qkv_at = |off: u32| Rows {
                 buf: &b.qkv,
@@ -324,7 +320,7 @@ impl LlamaModel {
                 hq + hk,
                 hd,
                 c.rope_pairing,
-            );
+            )?;
             ks.cache_write(
                 enc,
                 qkv_at(0),
@@ -335,7 +331,7 @@ impl LlamaModel {
                 &kv.k[l],
                 &kv.v[l],
                 t,
-            );
+            )?;
             let paged = PagedKv {
                 k_cache: &kv.k[l],
                 v_cache: &kv.v[l],
@@ -365,7 +361,7 @@ impl LlamaModel {
                 t,
                 hidden,
                 &b.x,
-            );
+            )?;
             let gu_at = |off: u32| Rows {
                 buf: &b.gu,
                 off,
@@ -373,7 +369,7 @@ impl LlamaModel {
             };
             ks.gemm(enc, &layer.gate, x, gu_at(0), t)?;
             ks.gemm(enc, &layer.up, x, gu_at(inter), t)?;
-            ks.silu_mul(enc, &b.gu, &b.act, t, inter);
+            ks.silu_mul(enc, &b.gu, &b.act, t, inter)?;
             ks.gemm(
                 enc,
                 &layer.down,
@@ -392,7 +388,7 @@ impl LlamaModel {
             n_rows,
             hidden,
             &b.xf,
-        );
+        )?;
         ks.gemm(
             enc,
             self.lm_head(),
@@ -400,7 +396,7 @@ impl LlamaModel {
             Rows::new(&b.logits, c.vocab),
             n_rows,
         )?;
-        ks.argmax(enc, &b.logits, c.vocab as u32, n_rows, &b.sampled);
+        ks.argmax(enc, &b.logits, c.vocab as u32, n_rows, &b.sampled)?;
         Ok(())
     }
 }

@@ -1,0 +1,57 @@
+// common.cuh — types and helpers shared by the CUDA kernels. The backend
+// (src/backend/cuda/) prepends this file to every kernel file and compiles the
+// whole program once with NVRTC at start-up; no CUDA headers are needed.
+//
+// Weight layouts (src/quant.rs `repack`), matrix W[N][K], Kp = roundup(K, 8):
+//   F32:        rows of Kp floats (zero padding past K)
+//   F16 / BF16: rows of Kp halves
+//   Q8_0:       data[N][K/32][32] int8, scales[N][K/32] f32 d; w = d·q
+//   Q4_0:       data[N][K/32][16] bytes, scales f32 d; element j < 16 is the low
+//               nibble of byte j, element j + 16 its high nibble; w = d·(q − 8)
+//   Q4_1:       as Q4_0 with scales[N][K/32] = (d, m) pairs; w = d·q + m
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+typedef unsigned long long u64;
+
+#define FMT_F32 0
+#define FMT_F16 1
+#define FMT_BF16 2
+#define FMT_Q8_0 3
+#define FMT_Q4_0 4
+#define FMT_Q4_1 5
+
+#define NEG_BIG (-3.0e38f)
+
+__device__ __forceinline__ float h2f(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ float bf2f(u16 h) {
+    return __uint_as_float(((u32)h) << 16);
+}
+
+// Sum over the 32 lanes of a warp by a fixed xor butterfly: every lane gets the
+// same bits, and the order depends on nothing but the lane values.
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Element e of row `row` of a weight matrix, dequantised (`nb` = K/32 blocks per row).
+template <int FMT>
+__device__ __forceinline__ float w_at(const void* w, const float* scales, u64 row, u32 e, u32 kp, u32 nb) {
+    if (FMT == FMT_F32) return ((const float*)w)[row * kp + e];
+    if (FMT == FMT_F16) return h2f(((const u16*)w)[row * kp + e]);
+    if (FMT == FMT_BF16) return bf2f(((const u16*)w)[row * kp + e]);
+    u64 b = row * nb + e / 32;
+    u32 j = e % 32;
+    if (FMT == FMT_Q8_0) return scales[b] * (float)((const signed char*)w)[b * 32 + j];
+    u8 byte = ((const u8*)w)[b * 16 + (j & 15)];
+    float q = (float)(j < 16 ? (byte & 15) : (byte >> 4));
+    if (FMT == FMT_Q4_0) return scales[b] * (q - 8.0f);
+    return scales[2 * b] * q + scales[2 * b + 1];
+}

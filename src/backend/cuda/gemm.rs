@@ -1,0 +1,120 @@
+//! The gemm op on cuda: the batch-invariant `gemm.cu` kernel for small T
+//! (decodes), cuBLAS SGEMM from `cublas_min_t` rows (prefill), on the weight
+//! itself (f32) or on an f32 copy dequantised just before (other formats).
+
+use cudarc::cublas::sys::cublasOperation_t;
+
+use super::ops::Arg::{Ptr, U32};
+use super::program::format_suffix;
+use super::{CudaBackend, CudaBuffer, CudaWeight};
+use crate::backend::Rows;
+use crate::gpu::GpuError;
+use crate::quant::WeightFormat;
+
+/// Rows per block of `gemm.cu` (GEMM_TM) and output columns per block (warps).
+const TM: u32 = 4;
+const COLS_PER_BLOCK: u32 = 8;
+/// Most rows of one `dequant` launch (grid y).
+const DEQUANT_ROWS: usize = 65535;
+
+impl CudaBackend {
+    /// Grows the f32 scratch of the cuBLAS path to hold `w` (non-f32 formats).
+    pub(super) fn reserve_dequant(&self, w: &CudaWeight) -> Result<(), GpuError> {
+        if w.format == WeightFormat::F32 {
+            return Ok(());
+        }
+        let need = (w.n * w.kp * 4) as u64;
+        let mut slot = self.dequant.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().is_none_or(|b| b.len() < need) {
+            *slot = Some(self.alloc(need)?);
+        }
+        Ok(())
+    }
+
+    /// Y[t, :N] = X[t, :K] · Wᵀ.
+    pub(super) fn gemm_rows(
+        &self,
+        w: &CudaWeight,
+        x: Rows<CudaBuffer>,
+        y: Rows<CudaBuffer>,
+        t: u32,
+    ) -> Result<(), GpuError> {
+        if t >= self.cublas_min_t && self.cublas_min_t > 0 {
+            return self.gemm_cublas(w, x, y, t);
+        }
+        let grid = ((w.n as u32).div_ceil(COLS_PER_BLOCK), t.div_ceil(TM), 1);
+        if grid.1 > 65535 {
+            return Err(GpuError::Limit(format!("gemm over {t} rows exceeds the cuda grid")));
+        }
+        let args = [
+            Ptr(x.buf.ptr()),
+            Ptr(w.data.ptr()),
+            Ptr(w.scales.as_ref().map_or(0, |s| s.ptr())),
+            Ptr(y.buf.ptr()),
+            U32(t),
+            U32(w.n as u32),
+            U32(w.k as u32),
+            U32(w.kp as u32),
+            U32(x.stride),
+            U32(y.stride),
+            U32(x.off),
+            U32(y.off),
+        ];
+        self.launch(&format!("gemm_{}", format_suffix(w.format)), grid, 256, &args)
+    }
+
+    fn gemm_cublas(&self, w: &CudaWeight, x: Rows<CudaBuffer>, y: Rows<CudaBuffer>, t: u32) -> Result<(), GpuError> {
+        self.reserve_dequant(w)?;
+        let slot = self.dequant.lock().unwrap_or_else(|e| e.into_inner());
+        let a = if w.format == WeightFormat::F32 {
+            w.data.ptr()
+        } else {
+            let scratch = slot
+                .as_ref()
+                .ok_or_else(|| GpuError::Cuda("dequant scratch missing".into()))?;
+            let name = format!("dequant_{}", format_suffix(w.format));
+            for row0 in (0..w.n).step_by(DEQUANT_ROWS) {
+                let rows = (w.n - row0).min(DEQUANT_ROWS);
+                let args = [
+                    Ptr(w.data.ptr()),
+                    Ptr(w.scales.as_ref().map_or(0, |s| s.ptr())),
+                    Ptr(scratch.ptr() + (row0 * w.kp * 4) as u64),
+                    U32(row0 as u32),
+                    U32(rows as u32),
+                    U32(w.k as u32),
+                    U32(w.kp as u32),
+                ];
+                self.launch(&name, ((w.kp as u32).div_ceil(256), rows as u32, 1), 256, &args)?;
+            }
+            scratch.ptr()
+        };
+        // Column-major view: Yᵀ (N x T, ld y_stride) = Wᵀ-as-stored (K x N, ld Kp)ᵀ · Xᵀ (K x T, ld x_stride).
+        self.bind()?;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let b = x.buf.ptr() + u64::from(x.off) * 4;
+        let c = y.buf.ptr() + u64::from(y.off) * 4;
+        // SAFETY: a (N rows of Kp f32), b (T rows of x_stride ≥ K f32 from x.off) and
+        // c (T rows of y_stride ≥ N f32 from y.off) are live device allocations of
+        // this context sized by the model's step buffers; cuBLAS runs on the
+        // backend's stream, in order with the kernels; alpha/beta are host scalars.
+        unsafe {
+            cudarc::cublas::result::sgemm(
+                *self.blas.handle(),
+                cublasOperation_t::CUBLAS_OP_T,
+                cublasOperation_t::CUBLAS_OP_N,
+                w.n as i32,
+                t as i32,
+                w.k as i32,
+                &alpha,
+                a as *const f32,
+                w.kp as i32,
+                b as *const f32,
+                x.stride as i32,
+                &beta,
+                c as *mut f32,
+                y.stride as i32,
+            )
+        }
+        .map_err(|e| GpuError::Cuda(format!("cuBLAS sgemm: {e}")))
+    }
+}

@@ -1,0 +1,333 @@
+//! The ops interface on the cuda backend: buffers, steps, and one launch per op
+//! with the grid each kernel file's header states.
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+
+use super::program::format_suffix;
+use super::{CudaBackend, CudaBuffer, CudaStep, CudaWeight, cuda_err};
+use crate::backend::{Backend, PagedKv, RopePairing, Rows};
+use crate::gpu::GpuError;
+use crate::quant::Repacked;
+
+/// A kernel argument: a device address, a u32 or an f32.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Arg {
+    Ptr(u64),
+    U32(u32),
+    F32(f32),
+}
+
+use Arg::{F32, Ptr, U32};
+
+/// Grid dimensions y and z are limited to 65535 blocks.
+const MAX_GRID_Y: u32 = 65535;
+
+fn check_rows(t: u32, what: &str) -> Result<(), GpuError> {
+    if t > MAX_GRID_Y {
+        return Err(GpuError::Limit(format!(
+            "{what} over {t} rows: the cuda backend takes at most {MAX_GRID_Y} rows per step \
+             (lower --max-num-batched-tokens)"
+        )));
+    }
+    Ok(())
+}
+
+impl CudaBackend {
+    /// Launches kernel `name` on the stream.
+    pub(super) fn launch(&self, name: &str, grid: (u32, u32, u32), block: u32, args: &[Arg]) -> Result<(), GpuError> {
+        if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
+            return Ok(());
+        }
+        let f = self.func(name)?;
+        let mut b = self.stream.launch_builder(f);
+        for a in args {
+            match a {
+                Ptr(p) => b.arg(p),
+                U32(v) => b.arg(v),
+                F32(v) => b.arg(v),
+            };
+        }
+        let cfg = LaunchConfig {
+            grid_dim: grid,
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: every kernel of shaders/cuda takes exactly the arguments its
+        // callers in this file pass, in order (addresses as u64, counts as u32,
+        // scalars as f32), and bounds every access by those counts; each address
+        // is a live allocation of this context that the caller's borrows keep alive
+        // until `finish` synchronises the stream.
+        unsafe { b.launch(cfg) }.map_err(cuda_err(name))?;
+        Ok(())
+    }
+}
+
+fn opt_ptr(b: Option<&CudaBuffer>) -> Arg {
+    Ptr(b.map_or(0, |b| b.ptr))
+}
+
+#[allow(clippy::too_many_arguments)]
+impl Backend for CudaBackend {
+    type Buffer = CudaBuffer;
+    type Weight = CudaWeight;
+    type Step = CudaStep;
+
+    fn describe(&self) -> String {
+        CudaBackend::describe(self)
+    }
+
+    fn max_buffer(&self) -> u64 {
+        self.total_mem
+    }
+
+    fn zeros(&self, bytes: u64) -> Result<CudaBuffer, GpuError> {
+        self.alloc(bytes)
+    }
+
+    fn upload(&self, data: &[u8], _label: &str) -> Result<CudaBuffer, GpuError> {
+        self.upload_bytes(data)
+    }
+
+    fn buffer_bytes(&self, b: &CudaBuffer) -> u64 {
+        b.len()
+    }
+
+    fn write(&self, buf: &CudaBuffer, data: &[u8]) -> Result<(), GpuError> {
+        if data.len() as u64 > buf.len() {
+            return Err(GpuError::Limit(format!(
+                "write of {} bytes into a buffer of {}",
+                data.len(),
+                buf.len()
+            )));
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: `buf.ptr` addresses at least `data.len()` bytes owned by `buf`;
+        // the copy is ordered on the stream before later launches, and a copy
+        // from pageable memory has been staged when the call returns.
+        unsafe { cudarc::driver::result::memcpy_htod_async(buf.ptr, data, self.stream.cu_stream()) }
+            .map_err(cuda_err("writing step arrays"))
+    }
+
+    fn upload_weight(&self, r: &Repacked, _label: &str) -> Result<CudaWeight, GpuError> {
+        Ok(CudaWeight {
+            format: r.format,
+            n: r.n,
+            k: r.k,
+            kp: r.kp,
+            data: self.upload_bytes(&r.data)?,
+            scales: if r.format.is_quantized() {
+                Some(self.upload_bytes(&r.scales)?)
+            } else {
+                None
+            },
+        })
+    }
+
+    fn prepare_gemm(&self, w: &CudaWeight) -> Result<(), GpuError> {
+        self.reserve_dequant(w)
+    }
+
+    fn prepare_embed(&self, _w: &CudaWeight) -> Result<(), GpuError> {
+        Ok(())
+    }
+
+    fn prepare_attention(&self, head_dim: u32, heads: u32, kv_heads: u32) -> Result<(), GpuError> {
+        check_heads(head_dim, heads, kv_heads)
+    }
+
+    fn begin(&self) -> CudaStep {
+        CudaStep { _private: () }
+    }
+
+    fn finish(&self, _step: CudaStep, reads: &[(&CudaBuffer, u64)]) -> Result<Vec<Vec<u8>>, GpuError> {
+        let out = reads
+            .iter()
+            .map(|&(b, n)| self.read(b, n))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.stream.synchronize().map_err(cuda_err("running the step"))?;
+        Ok(out)
+    }
+
+    fn gemm(
+        &self,
+        _s: &mut CudaStep,
+        w: &CudaWeight,
+        x: Rows<CudaBuffer>,
+        y: Rows<CudaBuffer>,
+        t: u32,
+    ) -> Result<(), GpuError> {
+        self.gemm_rows(w, x, y, t)
+    }
+
+    fn embed(
+        &self,
+        _s: &mut CudaStep,
+        w: &CudaWeight,
+        ids: &CudaBuffer,
+        t: u32,
+        out: &CudaBuffer,
+    ) -> Result<(), GpuError> {
+        let args = [
+            Ptr(ids.ptr),
+            Ptr(w.data.ptr),
+            opt_ptr(w.scales.as_ref()),
+            Ptr(out.ptr),
+            U32(t),
+            U32(w.k as u32),
+            U32(w.kp as u32),
+            U32(w.n as u32),
+        ];
+        self.launch(&format!("embed_{}", format_suffix(w.format)), (t, 1, 1), 256, &args)
+    }
+
+    fn rms_norm(
+        &self,
+        _s: &mut CudaStep,
+        x: Rows<CudaBuffer>,
+        w: &CudaBuffer,
+        residual: Option<&CudaBuffer>,
+        rows: Option<&CudaBuffer>,
+        eps: f32,
+        t: u32,
+        d: u32,
+        y: &CudaBuffer,
+    ) -> Result<(), GpuError> {
+        let args = [
+            Ptr(x.buf.ptr),
+            Ptr(w.ptr),
+            opt_ptr(residual),
+            opt_ptr(rows),
+            Ptr(y.ptr),
+            U32(t),
+            U32(d),
+            F32(eps),
+            U32(residual.is_some() as u32),
+            U32(rows.is_some() as u32),
+        ];
+        self.launch("rms_norm", (t, 1, 1), 256, &args)
+    }
+
+    fn rope(
+        &self,
+        _s: &mut CudaStep,
+        x: &CudaBuffer,
+        stride: u32,
+        positions: &CudaBuffer,
+        table: &CudaBuffer,
+        max_pos: u32,
+        t: u32,
+        heads: u32,
+        head_dim: u32,
+        pairing: RopePairing,
+    ) -> Result<(), GpuError> {
+        check_rows(t, "rope")?;
+        let args = [
+            Ptr(positions.ptr),
+            Ptr(table.ptr),
+            Ptr(x.ptr),
+            U32(t),
+            U32(heads),
+            U32(head_dim),
+            U32(stride),
+            U32(pairing as u32),
+            U32(max_pos.max(1)),
+        ];
+        self.launch("rope", ((heads * head_dim / 2).div_ceil(256), t, 1), 256, &args)
+    }
+
+    fn silu_mul(
+        &self,
+        _s: &mut CudaStep,
+        gu: &CudaBuffer,
+        out: &CudaBuffer,
+        t: u32,
+        inter: u32,
+    ) -> Result<(), GpuError> {
+        check_rows(t, "silu_mul")?;
+        let args = [Ptr(gu.ptr), Ptr(out.ptr), U32(t), U32(inter)];
+        self.launch("silu_mul", (inter.div_ceil(256), t, 1), 256, &args)
+    }
+
+    fn cache_write(
+        &self,
+        _s: &mut CudaStep,
+        qkv: Rows<CudaBuffer>,
+        k_off: u32,
+        v_off: u32,
+        kv_width: u32,
+        slot_mapping: &CudaBuffer,
+        k_cache: &CudaBuffer,
+        v_cache: &CudaBuffer,
+        t: u32,
+    ) -> Result<(), GpuError> {
+        check_rows(t, "cache_write")?;
+        let args = [
+            Ptr(qkv.buf.ptr),
+            Ptr(slot_mapping.ptr),
+            Ptr(k_cache.ptr),
+            Ptr(v_cache.ptr),
+            U32(t),
+            U32(kv_width),
+            U32(qkv.stride),
+            U32(k_off),
+            U32(v_off),
+        ];
+        self.launch("cache_write", (kv_width.div_ceil(256), t, 1), 256, &args)
+    }
+
+    fn paged_attention(
+        &self,
+        _s: &mut CudaStep,
+        q: &CudaBuffer,
+        q_stride: u32,
+        kv: PagedKv<CudaBuffer>,
+        heads: u32,
+        t: u32,
+        out: &CudaBuffer,
+    ) -> Result<(), GpuError> {
+        check_heads(kv.head_dim, heads, kv.kv_heads)?;
+        check_rows(t, "paged_attention")?;
+        let q_stride = if q_stride == u32::MAX {
+            heads * kv.head_dim
+        } else {
+            q_stride
+        };
+        let args = [
+            Ptr(q.ptr),
+            Ptr(kv.k_cache.ptr),
+            Ptr(kv.v_cache.ptr),
+            Ptr(kv.positions.ptr),
+            Ptr(kv.token_seq.ptr),
+            Ptr(kv.block_tables.ptr),
+            Ptr(out.ptr),
+            U32(t),
+            U32(heads),
+            U32(kv.kv_heads),
+            U32(kv.head_dim),
+            U32(q_stride),
+            U32(kv.block_size),
+            U32(kv.max_blocks),
+            F32(1.0 / (kv.head_dim as f32).sqrt()),
+        ];
+        self.launch("paged_attention", (heads, t, 1), 256, &args)
+    }
+
+    fn argmax(&self, _s: &mut CudaStep, x: &CudaBuffer, n: u32, rows: u32, out: &CudaBuffer) -> Result<(), GpuError> {
+        let args = [Ptr(x.ptr), Ptr(out.ptr), U32(rows), U32(n)];
+        self.launch("argmax", (rows, 1, 1), 256, &args)
+    }
+}
+
+/// The head shapes `paged_attention.cu` serves: head_dim ≤ 256, whole GQA groups.
+pub fn check_heads(head_dim: u32, heads: u32, kv_heads: u32) -> Result<(), GpuError> {
+    if head_dim == 0 || head_dim > 256 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+        return Err(GpuError::Limit(format!(
+            "the cuda paged_attention serves head_dim 1..=256 with heads a multiple of kv_heads; \
+             got head_dim {head_dim}, {heads} heads, {kv_heads} KV heads (use --device wgpu)"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,227 @@
+//! The ops interface the model calls. One forward pass is a sequence of these
+//! ops recorded into a `Step` and finished with one `finish` (which also reads
+//! back what the host needs). Two backends implement it: wgpu (`Kernels`, the
+//! WGSL kernels, every adapter) and, behind `--features cuda`, `CudaBackend`
+//! (CUDA C kernels compiled by NVRTC, cuBLAS for prefill GEMMs).
+//!
+//! Every op states its semantics here once; the backends must agree with each
+//! other and with the CPU references in the tests.
+
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod device;
+mod wgpu_backend;
+
+pub use device::Device;
+
+use crate::gpu::GpuError;
+use crate::quant::{Repacked, WeightFormat};
+
+/// Rows of activations in a buffer of f32: element `off + t*stride` starts row `t`.
+#[derive(Debug)]
+pub struct Rows<'a, B = wgpu::Buffer> {
+    pub buf: &'a B,
+    pub off: u32,
+    pub stride: u32,
+}
+
+impl<B> Clone for Rows<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B> Copy for Rows<'_, B> {}
+
+impl<'a, B> Rows<'a, B> {
+    pub fn new(buf: &'a B, stride: usize) -> Self {
+        Self {
+            buf,
+            off: 0,
+            stride: stride as u32,
+        }
+    }
+}
+
+/// The paged KV cache and step arrays `paged_attention` reads.
+#[derive(Debug)]
+pub struct PagedKv<'a, B = wgpu::Buffer> {
+    // k_cache, v_cache: (num_blocks * block_size, kv_heads * head_dim) f32
+    pub k_cache: &'a B,
+    pub v_cache: &'a B,
+    pub kv_heads: u32,
+    pub head_dim: u32,
+    pub block_size: u32,
+    // positions, token_seq: (T) u32; block_tables: (S, max_blocks) u32
+    pub positions: &'a B,
+    pub token_seq: &'a B,
+    pub block_tables: &'a B,
+    pub max_blocks: u32,
+}
+
+impl<B> Clone for PagedKv<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B> Copy for PagedKv<'_, B> {}
+
+/// How rotary pairs are formed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopePairing {
+    /// (i, i + d/2): Hugging Face checkpoints.
+    RotateHalf = 0,
+    /// (2i, 2i + 1): GGUF llama.
+    Adjacent = 1,
+}
+
+/// Shape and format of a weight as a backend holds it.
+pub trait WeightInfo {
+    fn format(&self) -> WeightFormat;
+    /// Output rows (N).
+    fn rows(&self) -> usize;
+    /// Row length (K).
+    fn cols(&self) -> usize;
+    /// Device bytes the weight occupies.
+    fn device_bytes(&self) -> u64;
+}
+
+/// The ops a forward pass is made of, on one device.
+#[allow(clippy::too_many_arguments)]
+pub trait Backend: Send + 'static {
+    /// A device buffer (f32 or u32 elements).
+    type Buffer: Send + Sync;
+    /// A weight matrix in the `quant::repack` layout.
+    type Weight: WeightInfo + Send + Sync;
+    /// The ops of one step being recorded.
+    type Step;
+
+    /// The device, in words (name, API, driver).
+    fn describe(&self) -> String;
+    /// The largest single buffer the backend can address in one op (caps a layer's KV pool).
+    fn max_buffer(&self) -> u64;
+
+    /// A zeroed buffer of `bytes`.
+    fn zeros(&self, bytes: u64) -> Result<Self::Buffer, GpuError>;
+    /// A buffer holding `data`.
+    fn upload(&self, data: &[u8], label: &str) -> Result<Self::Buffer, GpuError>;
+    /// Bytes of a buffer.
+    fn buffer_bytes(&self, b: &Self::Buffer) -> u64;
+    /// Overwrites the start of `buf` with `data`, ordered before the next step's ops.
+    fn write(&self, buf: &Self::Buffer, data: &[u8]) -> Result<(), GpuError>;
+    /// Uploads a repacked weight.
+    fn upload_weight(&self, r: &Repacked, label: &str) -> Result<Self::Weight, GpuError>;
+
+    /// Compiles and warms what `gemm` over `w` needs (once per format and shape class).
+    fn prepare_gemm(&self, w: &Self::Weight) -> Result<(), GpuError>;
+    /// Compiles and warms what `embed` over `w` needs.
+    fn prepare_embed(&self, w: &Self::Weight) -> Result<(), GpuError>;
+    /// Compiles and warms `paged_attention` for a head shape.
+    fn prepare_attention(&self, head_dim: u32, heads: u32, kv_heads: u32) -> Result<(), GpuError>;
+
+    /// Starts recording a step.
+    fn begin(&self) -> Self::Step;
+    /// Runs (or waits for) the step and returns the first `bytes` of each buffer in `reads`.
+    fn finish(&self, step: Self::Step, reads: &[(&Self::Buffer, u64)]) -> Result<Vec<Vec<u8>>, GpuError>;
+
+    /// Y[t, :N] = X[t, :K] · Wᵀ for `t` rows.
+    fn gemm(
+        &self,
+        s: &mut Self::Step,
+        w: &Self::Weight,
+        x: Rows<Self::Buffer>,
+        y: Rows<Self::Buffer>,
+        t: u32,
+    ) -> Result<(), GpuError>;
+
+    /// out[t, :] = W[ids[t], :] as f32 for `t` tokens.
+    fn embed(
+        &self,
+        s: &mut Self::Step,
+        w: &Self::Weight,
+        ids: &Self::Buffer,
+        t: u32,
+        out: &Self::Buffer,
+    ) -> Result<(), GpuError>;
+
+    /// y[i] = h / sqrt(mean(h²) + eps) · w over rows of length `d`, h = x[src(i)];
+    /// with `residual` r, h = r[src] + x[src] and h is written back to r; with
+    /// `rows`, src(i) = rows[i], else i. `t` output rows.
+    fn rms_norm(
+        &self,
+        s: &mut Self::Step,
+        x: Rows<Self::Buffer>,
+        w: &Self::Buffer,
+        residual: Option<&Self::Buffer>,
+        rows: Option<&Self::Buffer>,
+        eps: f32,
+        t: u32,
+        d: u32,
+        y: &Self::Buffer,
+    ) -> Result<(), GpuError>;
+
+    /// Rotates, in place, the first `heads` heads of each of `t` rows of `x`
+    /// (row stride `stride`) by the (cos, sin) pairs of `table[min(pos, max_pos-1)]`.
+    fn rope(
+        &self,
+        s: &mut Self::Step,
+        x: &Self::Buffer,
+        stride: u32,
+        positions: &Self::Buffer,
+        table: &Self::Buffer,
+        max_pos: u32,
+        t: u32,
+        heads: u32,
+        head_dim: u32,
+        pairing: RopePairing,
+    ) -> Result<(), GpuError>;
+
+    /// out[t, i] = silu(gu[t, i]) · gu[t, inter + i].
+    fn silu_mul(
+        &self,
+        s: &mut Self::Step,
+        gu: &Self::Buffer,
+        out: &Self::Buffer,
+        t: u32,
+        inter: u32,
+    ) -> Result<(), GpuError>;
+
+    /// Copies K (at `k_off`) and V (at `v_off`) of each of `t` rows of `qkv`,
+    /// `kv_width` floats each, to row `slot_mapping[t]` of the caches.
+    fn cache_write(
+        &self,
+        s: &mut Self::Step,
+        qkv: Rows<Self::Buffer>,
+        k_off: u32,
+        v_off: u32,
+        kv_width: u32,
+        slot_mapping: &Self::Buffer,
+        k_cache: &Self::Buffer,
+        v_cache: &Self::Buffer,
+        t: u32,
+    ) -> Result<(), GpuError>;
+
+    /// Causal attention of `t` query rows (`heads` heads at the start of each
+    /// `q_stride`-long row of `q`; `u32::MAX` = heads·head_dim) over the paged
+    /// cache: token t attends to positions 0..=positions[t] of sequence
+    /// token_seq[t]. GQA: query head h reads KV head h / (heads / kv_heads).
+    fn paged_attention(
+        &self,
+        s: &mut Self::Step,
+        q: &Self::Buffer,
+        q_stride: u32,
+        kv: PagedKv<Self::Buffer>,
+        heads: u32,
+        t: u32,
+        out: &Self::Buffer,
+    ) -> Result<(), GpuError>;
+
+    /// out[r] = the lowest index of the largest value of row r (`rows` rows of `n`; NaN never wins).
+    fn argmax(
+        &self,
+        s: &mut Self::Step,
+        x: &Self::Buffer,
+        n: u32,
+        rows: u32,
+        out: &Self::Buffer,
+    ) -> Result<(), GpuError>;
+}
