@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The test command of the README: sets up what the tests need on a fresh machine
 # (a Vulkan driver — lavapipe where there is no GPU — and the default model),
-# then runs the whole test suite in release mode on the real adapter.
+# then runs the whole test suite in release mode on the real adapter, and the
+# cuda backend's tests (`--features cuda`): on a machine without an NVIDIA
+# device those compile its kernels with NVRTC (fetched from PyPI) and print why
+# the device comparisons skip.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -16,3 +19,6 @@ fi
 ./models/fetch.sh >/dev/null
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 cargo test --release "$@"
+nvrtc="$(./scripts/fetch_nvrtc.sh || true)"
+LD_LIBRARY_PATH="${nvrtc:+$nvrtc:}${LD_LIBRARY_PATH:-}" \
+  cargo test --release --features cuda --test cuda_tests -- --nocapture

@@ -6,32 +6,11 @@
 
 mod common;
 
+use common::oracle_check::{check_greedy, ids, load};
 use common::*;
-use wllm::engine::{ModelRunner, SeqChunk};
 use wllm::kernels::Kernels;
-use wllm::model::{LlamaModel, ModelFiles};
+use wllm::model::ModelFiles;
 use wllm::tokenizer::{ChatMessage, Tokenizer};
-
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
-}
-
-fn load() -> (Tokenizer, ModelRunner) {
-    let files = ModelFiles::open(&default_model_path()).expect("open model");
-    let cfg = files.config().expect("config");
-    let ModelFiles::Gguf { file, .. } = &files else {
-        panic!("GGUF expected")
-    };
-    let tok = Tokenizer::from_gguf(file).expect("tokenizer");
-    let ks = Kernels::new(&kernels().ctx).expect("kernels");
-    let model = LlamaModel::load(&ks, &files, &cfg).expect("load");
-    let runner = ModelRunner::new(ks, model, 64, 16, 512, 4, 1024).expect("runner");
-    (tok, runner)
-}
 
 #[test]
 fn tokenizer_matches_llama_cpp() {
@@ -61,73 +40,6 @@ fn tokenizer_matches_llama_cpp() {
 
 #[test]
 fn greedy_generation_matches_reference() {
-    let (tok, runner) = load();
-    let o = oracle();
-    for c in o["cases"].as_array().unwrap() {
-        let prompt = ids(&c["prompt_token_ids"]);
-        let want = ids(&c["greedy_token_ids"]);
-        let margins: Vec<f64> = c["step_margins"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m.as_f64().unwrap())
-            .collect();
-        let mut all = prompt.clone();
-        let table: Vec<u32> = (0..64).collect();
-        // Prefill in chunks of 100 tokens to exercise chunked prefill too.
-        let mut start = 0;
-        let mut next = 0;
-        while start < prompt.len() {
-            let len = (prompt.len() - start).min(100);
-            let last = start + len == prompt.len();
-            let chunk = SeqChunk {
-                token_ids: &all,
-                start,
-                len,
-                block_table: &table,
-                sample: last,
-            };
-            let r = runner.execute(&[chunk], last).unwrap();
-            if last {
-                let logits = r.logits.unwrap();
-                let top5 = c["top5_last_prompt_position"].as_array().unwrap();
-                for e in top5 {
-                    let (id, v) = (e[0].as_u64().unwrap() as usize, e[1].as_f64().unwrap());
-                    assert!(
-                        (f64::from(logits[id]) - v).abs() < 0.01,
-                        "{:?}: logit of {id} is {} want {v}",
-                        c["prompt"].as_str(),
-                        logits[id]
-                    );
-                }
-                let mut order: Vec<usize> = (0..logits.len()).collect();
-                order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
-                let got5: Vec<u64> = order[..5].iter().map(|&i| i as u64).collect();
-                let want5: Vec<u64> = top5.iter().map(|e| e[0].as_u64().unwrap()).collect();
-                assert_eq!(got5, want5, "top-5 ids");
-                next = r.argmax[0];
-            }
-            start += len;
-        }
-        let mut got = vec![next];
-        while got.len() < want.len() && *got.last().unwrap() != 2 {
-            all.push(*got.last().unwrap());
-            let chunk = SeqChunk {
-                token_ids: &all,
-                start: all.len() - 1,
-                len: 1,
-                block_table: &table,
-                sample: true,
-            };
-            got.push(runner.execute(&[chunk], false).unwrap().argmax[0]);
-        }
-        let exact = margins.iter().position(|&m| m < 0.01).unwrap_or(want.len());
-        assert_eq!(
-            &got[..exact.min(got.len())],
-            &want[..exact],
-            "{:?}: greedy tokens (text so far {:?})",
-            c["prompt"].as_str(),
-            tok.decode(&got)
-        );
-    }
+    let (tok, runner) = load(Kernels::new(&kernels().ctx).expect("kernels"));
+    check_greedy(&tok, &runner);
 }

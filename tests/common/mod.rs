@@ -2,6 +2,9 @@
 //! and random weights in every format.
 #![allow(dead_code)]
 
+pub mod backend_ops;
+pub mod oracle_check;
+
 use std::sync::OnceLock;
 
 use half::{bf16, f16};

@@ -1,0 +1,55 @@
+//! The ops interface on the wgpu backend: every op through the `Backend` trait
+//! against its CPU reference (the same cases the cuda tests run), and how
+//! `--device` resolves on this machine.
+
+mod common;
+
+use common::backend_ops::{check_against, reference_ops, run_ops};
+use common::kernels;
+use wllm::backend::Device;
+use wllm::backend::device::cuda_unavailable;
+use wllm::{EngineConfig, LlmEngine};
+
+#[test]
+fn every_op_through_the_trait_matches_cpu_on_wgpu() {
+    let got = run_ops(kernels());
+    check_against(&got, &reference_ops(), "wgpu");
+}
+
+#[test]
+fn device_flag_parses() {
+    assert_eq!("cuda".parse::<Device>(), Ok(Device::Cuda));
+    assert_eq!("WGPU".parse::<Device>(), Ok(Device::Wgpu));
+    assert_eq!("vulkan".parse::<Device>(), Ok(Device::Wgpu));
+    assert_eq!("auto".parse::<Device>(), Ok(Device::Auto));
+    let err = "rocm".parse::<Device>().unwrap_err();
+    assert!(err.contains("wgpu, cuda or auto"), "{err}");
+}
+
+#[test]
+fn device_resolution_follows_what_this_machine_has() {
+    match cuda_unavailable() {
+        Some(why) => {
+            eprintln!("cuda unavailable here: {why}");
+            assert_eq!(Device::Auto.resolve().unwrap(), Device::Wgpu);
+            assert_eq!(Device::Wgpu.resolve().unwrap(), Device::Wgpu);
+            let err = Device::Cuda.resolve().unwrap_err().to_string();
+            assert!(err.contains(&why), "{err}");
+            if !cfg!(feature = "cuda") {
+                assert!(err.contains("--features cuda"), "{err}");
+            }
+            // An engine asked for cuda says why it cannot start, before touching the model.
+            let cfg = EngineConfig {
+                model: common::default_model_path(),
+                device: Device::Cuda,
+                ..Default::default()
+            };
+            let err = LlmEngine::new(&cfg).err().expect("cuda must be refused").to_string();
+            assert!(err.contains(&why), "{err}");
+        }
+        None => {
+            assert_eq!(Device::Auto.resolve().unwrap(), Device::Cuda);
+            assert_eq!(Device::Cuda.resolve().unwrap(), Device::Cuda);
+        }
+    }
+}
