@@ -1,9 +1,13 @@
 //! The cuda backend (`--features cuda`). Without a device, these check what can
 //! be checked: the CUDA C of shaders/cuda compiles with NVRTC (when libnvrtc is
-//! present; .ci/run installs it from PyPI) and exports every entry point. With
-//! an NVIDIA device, every op is compared with the CPU reference and with the
-//! wgpu backend, and the default model must reproduce the oracle on cuda.
-//! Tests that need what this machine lacks print why and return.
+//! present; scripts/test.sh fetches it from PyPI) and exports every entry
+//! point; and the backend's whole op layer and kernels run on a CPU emulation of
+//! the CUDA execution model (tests/cuda_emu, built with g++), where every op
+//! must match the CPU reference and an engine on a tiny model must generate
+//! what the wgpu engine generates. With an NVIDIA device, every op is compared
+//! with the CPU reference and with the wgpu backend, and the default model must
+//! reproduce the oracle on cuda. Tests that need what this machine lacks print
+//! why and return.
 #![cfg(feature = "cuda")]
 
 mod common;
@@ -50,6 +54,24 @@ fn program_source_names_each_kernel_file() {
     assert_eq!(program::entry_points().len(), 6 + 3 * 6);
 }
 
+/// The cuda backend on the CPU emulation, or `None` after printing why it cannot be built.
+fn emulated() -> Option<CudaBackend> {
+    match common::cuda_emu::emulator() {
+        Ok(e) => Some(CudaBackend::with_executor(Box::new(common::cuda_emu::EmuHandle(e)))),
+        Err(why) => {
+            eprintln!("skipped: cannot emulate the CUDA kernels here: {why}");
+            None
+        }
+    }
+}
+
+#[test]
+fn every_op_matches_cpu_on_the_cuda_emulation() {
+    let Some(cuda) = emulated() else { return };
+    let got = run_ops(&cuda);
+    check_against(&got, &reference_ops(), "emulated cuda vs CPU");
+}
+
 #[test]
 fn every_op_matches_cpu_and_wgpu_on_cuda() {
     let Some(cuda) = device() else { return };
@@ -72,4 +94,47 @@ fn default_model_matches_the_oracle_on_cuda() {
     let Some(cuda) = device() else { return };
     let (tok, runner) = common::oracle_check::load(cuda);
     common::oracle_check::check_greedy(&tok, &runner);
+}
+
+/// Greedy token ids of a few requests on an engine over `backend` (prefill in
+/// chunks of 64 tokens: the cuBLAS path for chunks, the kernel for decodes).
+fn tiny_engine_tokens(engine: &mut wllm::LlmEngine) -> Vec<Vec<u32>> {
+    let prompts: Vec<Vec<u32>> = [3usize, 37, 70]
+        .iter()
+        .map(|&n| (0..n).map(|i| ((i * 37 + n) % 250) as u32).collect())
+        .collect();
+    let mut params = wllm::SamplingParams::greedy();
+    params.max_tokens = Some(5);
+    params.ignore_eos = true;
+    let ids: Vec<u64> = prompts
+        .iter()
+        .map(|p| engine.add_request(p.clone(), params.clone()).unwrap())
+        .collect();
+    let mut out: std::collections::HashMap<u64, Vec<u32>> = Default::default();
+    while engine.has_unfinished() {
+        for o in engine.step().unwrap() {
+            out.entry(o.id).or_default().extend(o.token_ids);
+        }
+    }
+    engine.check_blocks().unwrap();
+    ids.iter().map(|id| out.remove(id).unwrap_or_default()).collect()
+}
+
+#[test]
+fn engine_on_emulated_cuda_generates_what_wgpu_generates() {
+    let Some(cuda) = emulated() else { return };
+    let dir = common::test_dir("cuda_tiny");
+    let model = common::tiny::write_tiny_gguf(&dir, "tiny.gguf", &Default::default(), &mut common::rng(7));
+    let cfg = wllm::EngineConfig {
+        model,
+        kv_cache_memory: Some(1024 * 512),
+        max_num_batched_tokens: 64,
+        max_model_len: Some(512),
+        ..Default::default()
+    };
+    let mut on_cuda = wllm::LlmEngine::with_backend(cuda, &cfg).unwrap();
+    let mut on_wgpu = wllm::LlmEngine::with_context(&kernels().ctx, &cfg).unwrap();
+    let (c, w) = (tiny_engine_tokens(&mut on_cuda), tiny_engine_tokens(&mut on_wgpu));
+    assert!(c.iter().all(|t| t.len() == 5), "{c:?}");
+    assert_eq!(c, w, "greedy tokens, emulated cuda vs wgpu");
 }

@@ -25,9 +25,13 @@ typedef unsigned long long u64;
 #define NEG_BIG (-3.0e38f)
 
 __device__ __forceinline__ float h2f(u16 h) {
+#ifdef __CUDACC_RTC__
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
     return f;
+#else
+    return wllm_emu_h2f(h);  // the tests' CPU emulation (tests/cuda_emu/runtime.h)
+#endif
 }
 
 __device__ __forceinline__ float bf2f(u16 h) {

@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 pub mod backend_ops;
+#[cfg(feature = "cuda")]
+pub mod cuda_emu;
 pub mod oracle_check;
 
 use std::sync::OnceLock;

@@ -2,9 +2,7 @@
 //! (decodes), cuBLAS SGEMM from `cublas_min_t` rows (prefill), on the weight
 //! itself (f32) or on an f32 copy dequantised just before (other formats).
 
-use cudarc::cublas::sys::cublasOperation_t;
-
-use super::ops::Arg::{Ptr, U32};
+use super::exec::Arg::{Ptr, U32};
 use super::program::format_suffix;
 use super::{CudaBackend, CudaBuffer, CudaWeight};
 use crate::backend::Rows;
@@ -88,33 +86,10 @@ impl CudaBackend {
             }
             scratch.ptr()
         };
-        // Column-major view: Yᵀ (N x T, ld y_stride) = Wᵀ-as-stored (K x N, ld Kp)ᵀ · Xᵀ (K x T, ld x_stride).
-        self.bind()?;
-        let (alpha, beta) = (1.0f32, 0.0f32);
+        // Column-major view: Yᵀ (N x T, ld y_stride) = (W as stored: K x N, ld Kp)ᵀ · Xᵀ (K x T, ld x_stride).
         let b = x.buf.ptr() + u64::from(x.off) * 4;
         let c = y.buf.ptr() + u64::from(y.off) * 4;
-        // SAFETY: a (N rows of Kp f32), b (T rows of x_stride ≥ K f32 from x.off) and
-        // c (T rows of y_stride ≥ N f32 from y.off) are live device allocations of
-        // this context sized by the model's step buffers; cuBLAS runs on the
-        // backend's stream, in order with the kernels; alpha/beta are host scalars.
-        unsafe {
-            cudarc::cublas::result::sgemm(
-                *self.blas.handle(),
-                cublasOperation_t::CUBLAS_OP_T,
-                cublasOperation_t::CUBLAS_OP_N,
-                w.n as i32,
-                t as i32,
-                w.k as i32,
-                &alpha,
-                a as *const f32,
-                w.kp as i32,
-                b as *const f32,
-                x.stride as i32,
-                &beta,
-                c as *mut f32,
-                y.stride as i32,
-            )
-        }
-        .map_err(|e| GpuError::Cuda(format!("cuBLAS sgemm: {e}")))
+        self.exec
+            .sgemm_tn(w.n as u32, t, w.k as u32, a, w.kp as u32, b, x.stride, c, y.stride)
     }
 }

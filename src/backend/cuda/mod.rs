@@ -4,16 +4,18 @@
 //! compiled by NVRTC at start-up (`program`); prefill GEMMs go to cuBLAS
 //! (`gemm`). Everything runs in order on one stream: a step is the launches
 //! made between `begin` and `finish`, which copies the reads back and waits.
+//! The op layer talks to an `Executor` (`driver` on a device; the tests run the
+//! same layer and kernels on a CPU emulation).
 
+pub mod driver;
+pub mod exec;
 mod gemm;
 mod ops;
 pub mod program;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr};
+pub use exec::{Arg, DeviceMem, Executor};
 
 use super::WeightInfo;
 use crate::gpu::GpuError;
@@ -22,22 +24,21 @@ use crate::quant::WeightFormat;
 /// Why the cuda backend cannot run on this machine, or `None` when it can.
 pub fn unavailable() -> Option<String> {
     // SAFETY: these only probe whether the shared libraries can be opened.
-    let (driver, nvrtc, blas) = unsafe {
+    let (driver, blas) = unsafe {
         (
             cudarc::driver::sys::is_culib_present(),
-            cudarc::nvrtc::sys::is_culib_present(),
             cudarc::cublas::sys::is_culib_present(),
         )
     };
     if !driver {
         return Some("no NVIDIA driver (libcuda) on this machine".into());
     }
-    match CudaContext::device_count() {
+    match cudarc::driver::CudaContext::device_count() {
         Ok(n) if n > 0 => {}
         Ok(_) => return Some("the NVIDIA driver reports no CUDA device".into()),
         Err(e) => return Some(format!("the NVIDIA driver did not answer: {e}")),
     }
-    if !nvrtc {
+    if !program::nvrtc_present() {
         return Some(program::NVRTC_MISSING.into());
     }
     if !blas {
@@ -50,25 +51,21 @@ pub fn unavailable() -> Option<String> {
     None
 }
 
-fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> GpuError + '_ {
-    move |e| GpuError::Cuda(format!("{what}: {e}"))
-}
-
-/// Device memory and its raw address (kernels take addresses as arguments).
+/// Device memory (f32 or u32 elements) of the cuda backend.
 pub struct CudaBuffer {
-    mem: CudaSlice<u8>,
-    ptr: u64,
+    mem: DeviceMem,
 }
 
 impl CudaBuffer {
+    /// The device address.
     pub fn ptr(&self) -> u64 {
-        self.ptr
+        self.mem.ptr
     }
     pub fn len(&self) -> u64 {
-        self.mem.len() as u64
+        self.mem.bytes
     }
     pub fn is_empty(&self) -> bool {
-        self.mem.len() == 0
+        self.mem.bytes == 0
     }
 }
 
@@ -103,101 +100,59 @@ pub struct CudaStep {
     _private: (),
 }
 
-/// The cuda backend on one device.
+/// The cuda backend.
 pub struct CudaBackend {
-    ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
-    blas: CudaBlas,
-    funcs: HashMap<String, CudaFunction>,
-    name: String,
-    capability: (i32, i32),
-    total_mem: u64,
+    exec: Box<dyn Executor>,
     /// f32 copy of a non-f32 weight for the cuBLAS path (grown to the largest weight).
     dequant: Mutex<Option<CudaBuffer>>,
-    /// Row count from which gemm uses cuBLAS (`WLLM_CUBLAS_MIN_T`, default 32).
+    /// Row count from which gemm uses cuBLAS (`WLLM_CUBLAS_MIN_T`, default 32; 0 = never).
     pub cublas_min_t: u32,
 }
 
+/// The default of `cublas_min_t`.
+pub const DEFAULT_CUBLAS_MIN_T: u32 = 32;
+
 impl CudaBackend {
-    /// Opens device `ordinal`, compiles the kernels with NVRTC and loads them.
+    /// Opens NVIDIA device `ordinal`, compiling the kernels with NVRTC.
     pub fn new(ordinal: usize) -> Result<Self, GpuError> {
         if let Some(why) = unavailable() {
             return Err(GpuError::Cuda(why));
         }
-        let ctx = CudaContext::new(ordinal).map_err(cuda_err("opening the device"))?;
-        let stream = ctx.default_stream();
-        let name = ctx.name().map_err(cuda_err("device name"))?;
-        let capability = ctx.compute_capability().map_err(cuda_err("compute capability"))?;
-        let total_mem = ctx.total_mem().map_err(cuda_err("device memory"))? as u64;
-        let ptx = program::compile(capability.0, capability.1).map_err(GpuError::Cuda)?;
-        let module = ctx.load_module(ptx).map_err(cuda_err("loading the compiled kernels"))?;
-        let mut funcs = HashMap::new();
-        for f in program::entry_points() {
-            let func = module.load_function(&f).map_err(cuda_err(&f))?;
-            funcs.insert(f, func);
-        }
-        let blas = CudaBlas::new(stream.clone()).map_err(|e| GpuError::Cuda(format!("starting cuBLAS: {e}")))?;
         let cublas_min_t = std::env::var("WLLM_CUBLAS_MIN_T")
             .ok()
             .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(32);
-        Ok(Self {
-            ctx,
-            stream,
-            blas,
-            funcs,
-            name,
-            capability,
-            total_mem,
+            .unwrap_or(DEFAULT_CUBLAS_MIN_T);
+        let mut me = Self::with_executor(Box::new(driver::DriverExecutor::new(ordinal)?));
+        me.cublas_min_t = cublas_min_t;
+        Ok(me)
+    }
+
+    /// The backend on any executor (the tests use a CPU emulation).
+    pub fn with_executor(exec: Box<dyn Executor>) -> Self {
+        Self {
+            exec,
             dequant: Mutex::new(None),
-            cublas_min_t,
-        })
+            cublas_min_t: DEFAULT_CUBLAS_MIN_T,
+        }
     }
 
     pub fn describe(&self) -> String {
-        format!(
-            "{} (CUDA, compute capability {}.{}, {:.1} GiB)",
-            self.name,
-            self.capability.0,
-            self.capability.1,
-            self.total_mem as f64 / (1u64 << 30) as f64
-        )
-    }
-
-    /// Makes the device's context current on the calling thread (the engine runs
-    /// on its own thread; raw driver and cuBLAS calls need it).
-    pub(super) fn bind(&self) -> Result<(), GpuError> {
-        self.ctx.bind_to_thread().map_err(cuda_err("binding the context"))
-    }
-
-    fn func(&self, name: &str) -> Result<&CudaFunction, GpuError> {
-        self.funcs
-            .get(name)
-            .ok_or_else(|| GpuError::Cuda(format!("kernel {name} is missing from the program")))
+        self.exec.describe()
     }
 
     fn alloc(&self, bytes: u64) -> Result<CudaBuffer, GpuError> {
         let bytes = bytes.max(16).div_ceil(16) * 16;
-        let mem = self
-            .stream
-            .alloc_zeros::<u8>(bytes as usize)
-            .map_err(cuda_err("allocating device memory"))?;
-        Ok(self.wrap(mem))
-    }
-
-    fn wrap(&self, mem: CudaSlice<u8>) -> CudaBuffer {
-        let ptr = {
-            let (ptr, _sync) = mem.device_ptr(&self.stream);
-            ptr
-        };
-        CudaBuffer { mem, ptr }
+        Ok(CudaBuffer {
+            mem: self.exec.alloc(bytes)?,
+        })
     }
 
     fn upload_bytes(&self, data: &[u8]) -> Result<CudaBuffer, GpuError> {
-        let mut v = data.to_vec();
-        v.resize(v.len().max(16).div_ceil(16) * 16, 0);
-        let mem = self.stream.clone_htod(&v).map_err(cuda_err("uploading"))?;
-        Ok(self.wrap(mem))
+        let b = self.alloc(data.len() as u64)?;
+        if !data.is_empty() {
+            self.exec.write(b.ptr(), data)?;
+        }
+        Ok(b)
     }
 
     /// Copies the first `bytes` of `b` to the host, in stream order.
@@ -210,12 +165,7 @@ impl CudaBackend {
         }
         let mut out = vec![0u8; bytes as usize];
         if bytes > 0 {
-            self.bind()?;
-            // SAFETY: `b.ptr` addresses `b.len() >= bytes` bytes owned by `b`, which
-            // outlives the call; the copy is ordered after every launch on the stream
-            // and is complete when the call returns (pageable destination).
-            unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut out, b.ptr, self.stream.cu_stream()) }
-                .map_err(cuda_err("reading back"))?;
+            self.exec.read(b.ptr(), &mut out)?;
         }
         Ok(out)
     }

@@ -1,23 +1,12 @@
 //! The ops interface on the cuda backend: buffers, steps, and one launch per op
 //! with the grid each kernel file's header states.
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
-
+use super::exec::Arg::{self, F32, Ptr, U32};
 use super::program::format_suffix;
-use super::{CudaBackend, CudaBuffer, CudaStep, CudaWeight, cuda_err};
+use super::{CudaBackend, CudaBuffer, CudaStep, CudaWeight};
 use crate::backend::{Backend, PagedKv, RopePairing, Rows};
 use crate::gpu::GpuError;
 use crate::quant::Repacked;
-
-/// A kernel argument: a device address, a u32 or an f32.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Arg {
-    Ptr(u64),
-    U32(u32),
-    F32(f32),
-}
-
-use Arg::{F32, Ptr, U32};
 
 /// Grid dimensions y and z are limited to 65535 blocks.
 const MAX_GRID_Y: u32 = 65535;
@@ -33,37 +22,17 @@ fn check_rows(t: u32, what: &str) -> Result<(), GpuError> {
 }
 
 impl CudaBackend {
-    /// Launches kernel `name` on the stream.
+    /// Launches kernel `name` (nothing for an empty grid).
     pub(super) fn launch(&self, name: &str, grid: (u32, u32, u32), block: u32, args: &[Arg]) -> Result<(), GpuError> {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return Ok(());
         }
-        let f = self.func(name)?;
-        let mut b = self.stream.launch_builder(f);
-        for a in args {
-            match a {
-                Ptr(p) => b.arg(p),
-                U32(v) => b.arg(v),
-                F32(v) => b.arg(v),
-            };
-        }
-        let cfg = LaunchConfig {
-            grid_dim: grid,
-            block_dim: (block, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: every kernel of shaders/cuda takes exactly the arguments its
-        // callers in this file pass, in order (addresses as u64, counts as u32,
-        // scalars as f32), and bounds every access by those counts; each address
-        // is a live allocation of this context that the caller's borrows keep alive
-        // until `finish` synchronises the stream.
-        unsafe { b.launch(cfg) }.map_err(cuda_err(name))?;
-        Ok(())
+        self.exec.launch(name, grid, block, args)
     }
 }
 
 fn opt_ptr(b: Option<&CudaBuffer>) -> Arg {
-    Ptr(b.map_or(0, |b| b.ptr))
+    Ptr(b.map_or(0, |b| b.ptr()))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -77,7 +46,7 @@ impl Backend for CudaBackend {
     }
 
     fn max_buffer(&self) -> u64 {
-        self.total_mem
+        self.exec.total_mem()
     }
 
     fn zeros(&self, bytes: u64) -> Result<CudaBuffer, GpuError> {
@@ -103,12 +72,7 @@ impl Backend for CudaBackend {
         if data.is_empty() {
             return Ok(());
         }
-        self.bind()?;
-        // SAFETY: `buf.ptr` addresses at least `data.len()` bytes owned by `buf`;
-        // the copy is ordered on the stream before later launches, and a copy
-        // from pageable memory has been staged when the call returns.
-        unsafe { cudarc::driver::result::memcpy_htod_async(buf.ptr, data, self.stream.cu_stream()) }
-            .map_err(cuda_err("writing step arrays"))
+        self.exec.write(buf.ptr(), data)
     }
 
     fn upload_weight(&self, r: &Repacked, _label: &str) -> Result<CudaWeight, GpuError> {
@@ -147,7 +111,7 @@ impl Backend for CudaBackend {
             .iter()
             .map(|&(b, n)| self.read(b, n))
             .collect::<Result<Vec<_>, _>>()?;
-        self.stream.synchronize().map_err(cuda_err("running the step"))?;
+        self.exec.synchronize()?;
         Ok(out)
     }
 
@@ -171,10 +135,10 @@ impl Backend for CudaBackend {
         out: &CudaBuffer,
     ) -> Result<(), GpuError> {
         let args = [
-            Ptr(ids.ptr),
-            Ptr(w.data.ptr),
+            Ptr(ids.ptr()),
+            Ptr(w.data.ptr()),
             opt_ptr(w.scales.as_ref()),
-            Ptr(out.ptr),
+            Ptr(out.ptr()),
             U32(t),
             U32(w.k as u32),
             U32(w.kp as u32),
@@ -196,11 +160,11 @@ impl Backend for CudaBackend {
         y: &CudaBuffer,
     ) -> Result<(), GpuError> {
         let args = [
-            Ptr(x.buf.ptr),
-            Ptr(w.ptr),
+            Ptr(x.buf.ptr()),
+            Ptr(w.ptr()),
             opt_ptr(residual),
             opt_ptr(rows),
-            Ptr(y.ptr),
+            Ptr(y.ptr()),
             U32(t),
             U32(d),
             F32(eps),
@@ -225,9 +189,9 @@ impl Backend for CudaBackend {
     ) -> Result<(), GpuError> {
         check_rows(t, "rope")?;
         let args = [
-            Ptr(positions.ptr),
-            Ptr(table.ptr),
-            Ptr(x.ptr),
+            Ptr(positions.ptr()),
+            Ptr(table.ptr()),
+            Ptr(x.ptr()),
             U32(t),
             U32(heads),
             U32(head_dim),
@@ -247,7 +211,7 @@ impl Backend for CudaBackend {
         inter: u32,
     ) -> Result<(), GpuError> {
         check_rows(t, "silu_mul")?;
-        let args = [Ptr(gu.ptr), Ptr(out.ptr), U32(t), U32(inter)];
+        let args = [Ptr(gu.ptr()), Ptr(out.ptr()), U32(t), U32(inter)];
         self.launch("silu_mul", (inter.div_ceil(256), t, 1), 256, &args)
     }
 
@@ -265,10 +229,10 @@ impl Backend for CudaBackend {
     ) -> Result<(), GpuError> {
         check_rows(t, "cache_write")?;
         let args = [
-            Ptr(qkv.buf.ptr),
-            Ptr(slot_mapping.ptr),
-            Ptr(k_cache.ptr),
-            Ptr(v_cache.ptr),
+            Ptr(qkv.buf.ptr()),
+            Ptr(slot_mapping.ptr()),
+            Ptr(k_cache.ptr()),
+            Ptr(v_cache.ptr()),
             U32(t),
             U32(kv_width),
             U32(qkv.stride),
@@ -296,13 +260,13 @@ impl Backend for CudaBackend {
             q_stride
         };
         let args = [
-            Ptr(q.ptr),
-            Ptr(kv.k_cache.ptr),
-            Ptr(kv.v_cache.ptr),
-            Ptr(kv.positions.ptr),
-            Ptr(kv.token_seq.ptr),
-            Ptr(kv.block_tables.ptr),
-            Ptr(out.ptr),
+            Ptr(q.ptr()),
+            Ptr(kv.k_cache.ptr()),
+            Ptr(kv.v_cache.ptr()),
+            Ptr(kv.positions.ptr()),
+            Ptr(kv.token_seq.ptr()),
+            Ptr(kv.block_tables.ptr()),
+            Ptr(out.ptr()),
             U32(t),
             U32(heads),
             U32(kv.kv_heads),
@@ -316,7 +280,7 @@ impl Backend for CudaBackend {
     }
 
     fn argmax(&self, _s: &mut CudaStep, x: &CudaBuffer, n: u32, rows: u32, out: &CudaBuffer) -> Result<(), GpuError> {
-        let args = [Ptr(x.ptr), Ptr(out.ptr), U32(rows), U32(n)];
+        let args = [Ptr(x.ptr()), Ptr(out.ptr()), U32(rows), U32(n)];
         self.launch("argmax", (rows, 1, 1), 256, &args)
     }
 }
