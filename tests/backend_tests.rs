@@ -53,3 +53,39 @@ fn device_resolution_follows_what_this_machine_has() {
         }
     }
 }
+
+#[test]
+fn engine_decode_steps_reuse_their_bind_groups() {
+    let dir = common::test_dir("bind_cache");
+    let model = common::tiny::write_tiny_gguf(&dir, "tiny.gguf", &Default::default(), &mut common::rng(3));
+    let ks = wllm::kernels::Kernels::new(&kernels().ctx).expect("kernels");
+    let cache = ks.bind_cache.clone();
+    let cfg = EngineConfig {
+        model,
+        kv_cache_memory: Some(256 * 512),
+        max_model_len: Some(256),
+        ..Default::default()
+    };
+    let mut engine = LlmEngine::with_backend(ks, &cfg).expect("engine");
+    let mut params = wllm::SamplingParams::greedy();
+    params.max_tokens = Some(8);
+    params.ignore_eos = true;
+    engine.add_request((0..20).collect(), params).unwrap();
+    let counts = || {
+        let c = cache.lock().unwrap();
+        (c.made, c.reused)
+    };
+    // The prefill step, then the first decode step, make their bind groups.
+    engine.step().unwrap();
+    engine.step().unwrap();
+    let (made, reused) = counts();
+    assert!(made > 0);
+    let mut tokens = 2;
+    while engine.has_unfinished() {
+        tokens += engine.step().unwrap().iter().map(|o| o.token_ids.len()).sum::<usize>();
+    }
+    assert_eq!(tokens, 8);
+    let (made_after, reused_after) = counts();
+    assert_eq!(made_after, made, "decode steps of the same shape made new bind groups");
+    assert!(reused_after - reused >= 6 * 30, "reused {} -> {}", reused, reused_after);
+}

@@ -85,7 +85,7 @@ impl Backend for Kernels {
     }
 
     fn begin(&self) -> StepEncoder {
-        StepEncoder::new(&self.ctx)
+        StepEncoder::with_cache(&self.ctx, self.bind_cache.clone())
     }
 
     fn finish(&self, step: StepEncoder, reads: &[(&wgpu::Buffer, u64)]) -> Result<Vec<Vec<u8>>, GpuError> {

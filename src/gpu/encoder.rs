@@ -1,9 +1,13 @@
 //! Records one step's work (dispatches and copies) and submits it once.
 //!
 //! Each dispatch's parameters are packed into one uniform buffer per step at
-//! aligned offsets; bind groups are made at submit time.
+//! aligned offsets, bound with a dynamic offset. Bind groups are made at submit
+//! time, or, with a `BindCache` (the engine's steps, whose buffers live as long
+//! as the engine), made once and reused: the parameters then go to a buffer the
+//! cache keeps, and a step only writes it.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use super::{GpuContext, GpuError, Kernel};
 
@@ -55,11 +59,42 @@ enum Op {
     },
 }
 
+/// What identifies a bind group: the kernel, the parameter slice length and the
+/// storage bindings.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct BindKey {
+    kernel: usize,
+    params_len: u64,
+    bufs: Vec<(wgpu::Buffer, u64, Option<u64>)>,
+}
+
+/// Bind groups kept across steps, with the parameter buffer they bind. Holding
+/// a bind group keeps its buffers alive, so a cache belongs to one owner of
+/// long-lived buffers (an engine's backend) and is cleared past `CAPACITY`.
+#[derive(Default)]
+pub struct BindCache {
+    params: Option<wgpu::Buffer>,
+    // The kernel is kept with its bind group so that the address in the key stays its own.
+    groups: HashMap<BindKey, (Arc<Kernel>, wgpu::BindGroup)>,
+    /// Bind groups made (misses) and reused (hits), for tests and tuning.
+    pub made: u64,
+    pub reused: u64,
+}
+
+impl BindCache {
+    const CAPACITY: usize = 16384;
+
+    pub fn shared() -> Arc<Mutex<BindCache>> {
+        Arc::new(Mutex::new(Self::default()))
+    }
+}
+
 /// One step's command stream.
 pub struct StepEncoder {
     ctx: GpuContext,
     params: Vec<u8>,
     ops: Vec<Op>,
+    cache: Option<Arc<Mutex<BindCache>>>,
 }
 
 impl StepEncoder {
@@ -68,6 +103,15 @@ impl StepEncoder {
             ctx: ctx.clone(),
             params: Vec::new(),
             ops: Vec::new(),
+            cache: None,
+        }
+    }
+
+    /// A step whose bind groups are kept in (and taken from) `cache`.
+    pub fn with_cache(ctx: &GpuContext, cache: Arc<Mutex<BindCache>>) -> Self {
+        Self {
+            cache: Some(cache),
+            ..Self::new(ctx)
         }
     }
 
@@ -100,16 +144,29 @@ impl StepEncoder {
 
     fn encode(self) -> (wgpu::CommandEncoder, GpuContext) {
         let device = &self.ctx.device;
-        let params = (!self.params.is_empty()).then(|| {
-            let buf = device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("step params"),
-                size: self.params.len() as u64,
-                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            });
-            self.ctx.queue.write_buffer(&buf, 0, &self.params);
-            buf
-        });
+        let mut cache = self.cache.as_ref().map(|c| c.lock().unwrap_or_else(|e| e.into_inner()));
+        let step_params = match cache.as_deref_mut() {
+            // The cache's parameter buffer, grown (and its bind groups dropped) when short.
+            Some(c) => {
+                let need = (self.params.len() as u64).max(256);
+                if c.params.as_ref().is_none_or(|p| p.size() < need) {
+                    c.groups.clear();
+                    c.params = Some(self.params_buffer(need.next_power_of_two()));
+                }
+                c.params.clone()
+            }
+            None => (!self.params.is_empty()).then(|| self.params_buffer(self.params.len() as u64)),
+        };
+        if let Some(p) = &step_params
+            && !self.params.is_empty()
+        {
+            self.ctx.queue.write_buffer(p, 0, &self.params);
+        }
+        if let Some(c) = cache.as_deref_mut()
+            && c.groups.len() > BindCache::CAPACITY
+        {
+            c.groups.clear();
+        }
         let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
         let mut i = 0;
         while i < self.ops.len() {
@@ -130,39 +187,70 @@ impl StepEncoder {
                         groups,
                     }) = self.ops.get(i)
                     {
-                        let pbuf = params.as_ref().expect("dispatches carry params");
-                        let mut entries = vec![wgpu::BindGroupEntry {
-                            binding: 0,
-                            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                                buffer: pbuf,
-                                offset: *off,
-                                size: std::num::NonZeroU64::new(*len),
-                            }),
-                        }];
-                        for (j, b) in bufs.iter().enumerate() {
-                            entries.push(wgpu::BindGroupEntry {
-                                binding: j as u32 + 1,
+                        let pbuf = step_params.as_ref().expect("dispatches carry params");
+                        let make = || {
+                            let mut entries = vec![wgpu::BindGroupEntry {
+                                binding: 0,
                                 resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                                    buffer: &b.buffer,
-                                    offset: b.offset,
-                                    size: b.size.and_then(std::num::NonZeroU64::new),
+                                    buffer: pbuf,
+                                    offset: 0,
+                                    size: std::num::NonZeroU64::new(*len),
                                 }),
-                            });
-                        }
-                        let bg = device.create_bind_group(&wgpu::BindGroupDescriptor {
-                            label: None,
-                            layout: &kernel.layout,
-                            entries: &entries,
-                        });
+                            }];
+                            for (j, b) in bufs.iter().enumerate() {
+                                entries.push(wgpu::BindGroupEntry {
+                                    binding: j as u32 + 1,
+                                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                        buffer: &b.buffer,
+                                        offset: b.offset,
+                                        size: b.size.and_then(std::num::NonZeroU64::new),
+                                    }),
+                                });
+                            }
+                            device.create_bind_group(&wgpu::BindGroupDescriptor {
+                                label: None,
+                                layout: &kernel.layout,
+                                entries: &entries,
+                            })
+                        };
+                        let bg = match cache.as_deref_mut() {
+                            Some(c) => {
+                                let key = BindKey {
+                                    kernel: Arc::as_ptr(kernel) as usize,
+                                    params_len: *len,
+                                    bufs: bufs.iter().map(|b| (b.buffer.clone(), b.offset, b.size)).collect(),
+                                };
+                                if let Some((_, bg)) = c.groups.get(&key) {
+                                    c.reused += 1;
+                                    bg.clone()
+                                } else {
+                                    c.made += 1;
+                                    let bg = make();
+                                    c.groups.insert(key, (kernel.clone(), bg.clone()));
+                                    bg
+                                }
+                            }
+                            None => make(),
+                        };
                         pass.set_pipeline(&kernel.pipeline);
-                        pass.set_bind_group(0, &bg, &[]);
+                        pass.set_bind_group(0, &bg, &[*off as u32]);
                         pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
                         i += 1;
                     }
                 }
             }
         }
+        drop(cache);
         (enc, self.ctx)
+    }
+
+    fn params_buffer(&self, size: u64) -> wgpu::Buffer {
+        self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("step params"),
+            size,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
     }
 
     /// Submits without waiting.

@@ -35,7 +35,8 @@ impl Kernel {
             visibility: wgpu::ShaderStages::COMPUTE,
             ty: wgpu::BindingType::Buffer {
                 ty: wgpu::BufferBindingType::Uniform,
-                has_dynamic_offset: false,
+                // The step's parameters are one buffer; each dispatch picks its slice.
+                has_dynamic_offset: true,
                 min_binding_size: None,
             },
             count: None,

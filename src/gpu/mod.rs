@@ -7,5 +7,5 @@ mod encoder;
 mod kernel;
 
 pub use context::{GpuContext, GpuError, GpuOptions};
-pub use encoder::{BufSlice, StepEncoder};
+pub use encoder::{BindCache, BufSlice, StepEncoder};
 pub use kernel::{Binding, Kernel};

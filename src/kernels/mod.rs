@@ -16,7 +16,7 @@ pub use gemm::{GemmParams, GemmVariant};
 pub use weight::{GpuWeight, WeightWindow};
 
 pub use crate::backend::{PagedKv, RopePairing, Rows};
-use crate::gpu::{Binding, BufSlice, GpuContext, GpuError, Kernel, StepEncoder};
+use crate::gpu::{BindCache, Binding, BufSlice, GpuContext, GpuError, Kernel, StepEncoder};
 use crate::quant::WeightFormat;
 
 /// Register-tile shapes of the gemm, chosen per adapter class.
@@ -128,6 +128,9 @@ pub struct Kernels {
     // dummy, dummy_rw: 16-byte buffers bound where a kernel ignores a binding
     dummy: wgpu::Buffer,
     dummy_rw: wgpu::Buffer,
+    /// Bind groups of the steps recorded through the `Backend` interface (the
+    /// engine's), reused across steps.
+    pub bind_cache: Arc<Mutex<BindCache>>,
 }
 
 use Binding::{Read as R, ReadWrite as RW};
@@ -170,6 +173,7 @@ impl Kernels {
             embed: Mutex::default(),
             dummy: dummy(),
             dummy_rw: dummy(),
+            bind_cache: BindCache::shared(),
         };
         me.warm()?;
         Ok(me)
