@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
+use wllm::backend::Backend;
 use wllm::gpu::{Binding, BufSlice, GpuContext, GpuOptions, Kernel, StepEncoder};
 use wllm::kernels::{GpuWeight, Kernels, Rows};
 use wllm::quant::{self, WeightFormat};

@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use rand::seq::SliceRandom;
+use wllm::backend::Backend;
 use wllm::kernels::{PagedKv, Rows};
 
 struct Case {
@@ -87,7 +88,8 @@ fn run_case_on(
         &kc,
         &vc,
         rows.len() as u32,
-    );
+    )
+    .unwrap();
     run_read::<f32>(enc, &[]);
     // The queries of this step.
     let row_of = |s: usize, p: usize| rows.iter().position(|&x| x == (s, p)).unwrap();

@@ -3,6 +3,7 @@
 mod common;
 
 use common::*;
+use wllm::backend::Backend;
 use wllm::kernels::Rows;
 use wllm::quant::WeightFormat;
 

@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use wllm::backend::Backend;
 use wllm::kernels::{RopePairing, Rows, rope_table};
 use wllm::quant::{self, WeightFormat};
 
@@ -35,7 +36,8 @@ fn rms_norm_matches_cpu_with_and_without_residual_and_gather() {
             t as u32,
             d as u32,
             &y0,
-        );
+        )
+        .unwrap();
         ks.rms_norm(
             &mut enc,
             Rows::new(&xb, d),
@@ -46,7 +48,8 @@ fn rms_norm_matches_cpu_with_and_without_residual_and_gather() {
             t as u32,
             d as u32,
             &y1,
-        );
+        )
+        .unwrap();
         let out: Vec<Vec<f32>> = run_read(enc, &[(&y0, t * d), (&y1, t * d), (&rb, t * d)]);
         let h: Vec<f32> = x.iter().zip(&res).map(|(a, b)| a + b).collect();
         for i in 0..t {
@@ -83,7 +86,8 @@ fn rms_norm_matches_cpu_with_and_without_residual_and_gather() {
         3,
         d as u32,
         &y,
-    );
+    )
+    .unwrap();
     let got: Vec<f32> = run_read(enc, &[(&y, 3 * d)]).remove(0);
     for (i, &src) in rows.iter().enumerate() {
         let s = src as usize;
@@ -117,7 +121,8 @@ fn rms_norm_and_rope_are_batch_invariant() {
         t as u32,
         d as u32,
         &yb,
-    );
+    )
+    .unwrap();
     ks.rope(
         &mut enc,
         &rot,
@@ -129,13 +134,15 @@ fn rms_norm_and_rope_are_batch_invariant() {
         9,
         hd,
         RopePairing::Adjacent,
-    );
+    )
+    .unwrap();
     let batch: Vec<Vec<f32>> = run_read(enc, &[(&yb, t * d), (&rot, t * d)]);
     for row in [0usize, 13, 63] {
         let xr = &x[row * d..(row + 1) * d];
         let (x1, y1, r1, p1) = (upload(xr), zeros(d), upload(xr), upload(&pos[row..row + 1]));
         let mut enc = encoder();
-        ks.rms_norm(&mut enc, Rows::new(&x1, d), &wb, None, None, 1e-5, 1, d as u32, &y1);
+        ks.rms_norm(&mut enc, Rows::new(&x1, d), &wb, None, None, 1e-5, 1, d as u32, &y1)
+            .unwrap();
         ks.rope(
             &mut enc,
             &r1,
@@ -147,7 +154,8 @@ fn rms_norm_and_rope_are_batch_invariant() {
             9,
             hd,
             RopePairing::Adjacent,
-        );
+        )
+        .unwrap();
         let one: Vec<Vec<f32>> = run_read(enc, &[(&y1, d), (&r1, d)]);
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
         assert_eq!(
@@ -205,7 +213,8 @@ fn rope_matches_cpu_both_pairings() {
                 heads as u32,
                 hd as u32,
                 pairing,
-            );
+            )
+            .unwrap();
             let got: Vec<f32> = run_read(enc, &[(&xb, t * stride)]).remove(0);
             let mut want = x.clone();
             for i in 0..t {
@@ -231,7 +240,7 @@ fn silu_mul_matches_cpu() {
         let gu: Vec<f32> = rand_vec(&mut r, t * 2 * inter).iter().map(|v| v * 8.0).collect();
         let (gb, ob) = (upload(&gu), zeros(t * inter));
         let mut enc = encoder();
-        ks.silu_mul(&mut enc, &gb, &ob, t as u32, inter as u32);
+        ks.silu_mul(&mut enc, &gb, &ob, t as u32, inter as u32).unwrap();
         let got: Vec<f32> = run_read(enc, &[(&ob, t * inter)]).remove(0);
         let mut want = Vec::new();
         for i in 0..t {
@@ -293,7 +302,7 @@ fn argmax_finds_first_maximum() {
         }
         let (xb, ob) = (upload(&x), zeros(rows));
         let mut enc = encoder();
-        ks.argmax(&mut enc, &xb, n as u32, rows as u32, &ob);
+        ks.argmax(&mut enc, &xb, n as u32, rows as u32, &ob).unwrap();
         let got: Vec<u32> = run_read(enc, &[(&ob, rows)]).remove(0);
         for i in 0..rows {
             let row = &x[i * n..(i + 1) * n];

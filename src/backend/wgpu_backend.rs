@@ -1,12 +1,56 @@
-//! The wgpu backend: `Kernels` (the WGSL kernels) behind the ops interface. A
-//! step is a `StepEncoder`: every op is recorded, `finish` submits once.
+//! The wgpu backend: the ops of the interface as WGSL dispatches of `Kernels`
+//! (which owns the pipelines and picks the variants). A step is a
+//! `StepEncoder`: every op is recorded, `finish` submits once; the engine's
+//! steps reuse their bind groups (`Kernels::bind_cache`).
 
 use wgpu::util::DeviceExt;
 
 use super::{Backend, PagedKv, RopePairing, Rows, WeightInfo};
 use crate::gpu::{BufSlice, GpuError, StepEncoder};
+use crate::kernels::embed::EmbedParams;
 use crate::kernels::{GpuWeight, Kernels};
 use crate::quant::{Repacked, WeightFormat};
+
+/// Row-wise settings of `rms_norm`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+struct NormParams {
+    t: u32,
+    d: u32,
+    eps: f32,
+    residual: u32,
+    gather: u32,
+    pad: [u32; 3],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+struct AttentionParams {
+    t: u32,
+    heads: u32,
+    kv_heads: u32,
+    q_stride: u32,
+    block_size: u32,
+    max_blocks: u32,
+    scale: f32,
+    pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+struct RopeParams {
+    t: u32,
+    heads: u32,
+    head_dim: u32,
+    stride: u32,
+    pairing: u32,
+    max_pos: u32,
+    pad: [u32; 2],
+}
+
+fn u32s(v: &[u32; 4]) -> &[u8] {
+    bytemuck::cast_slice(v)
+}
 
 impl WeightInfo for GpuWeight {
     fn format(&self) -> WeightFormat {
@@ -23,6 +67,7 @@ impl WeightInfo for GpuWeight {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 impl Backend for Kernels {
     type Buffer = wgpu::Buffer;
     type Weight = GpuWeight;
@@ -72,18 +117,6 @@ impl Backend for Kernels {
         Ok(GpuWeight::upload(&self.ctx, r, label))
     }
 
-    fn prepare_gemm(&self, w: &GpuWeight) -> Result<(), GpuError> {
-        Kernels::prepare_gemm(self, w)
-    }
-
-    fn prepare_embed(&self, w: &GpuWeight) -> Result<(), GpuError> {
-        Kernels::prepare_embed(self, w)
-    }
-
-    fn prepare_attention(&self, head_dim: u32, heads: u32, kv_heads: u32) -> Result<(), GpuError> {
-        Kernels::prepare_attention(self, head_dim, heads, kv_heads)
-    }
-
     fn begin(&self) -> StepEncoder {
         StepEncoder::with_cache(&self.ctx, self.bind_cache.clone())
     }
@@ -93,24 +126,88 @@ impl Backend for Kernels {
         step.submit_and_read(&slices)
     }
 
-    fn gemm(&self, s: &mut StepEncoder, w: &GpuWeight, x: Rows, y: Rows, t: u32) -> Result<(), GpuError> {
-        Kernels::gemm(self, s, w, x, y, t)
+    fn prepare_gemm(&self, w: &GpuWeight) -> Result<(), GpuError> {
+        let x = self.scratch((w.k.div_ceil(8) * 8 * 4) as u64);
+        let y = self.scratch(4 * 64);
+        let mut enc = StepEncoder::new(&self.ctx);
+        for tm in self.row_tiles(w) {
+            let xr = Rows::new(&x, w.k.div_ceil(8) * 8);
+            self.gemm_with(&mut enc, w, xr, Rows::new(&y, 1), 1, tm)?;
+        }
+        enc.submit_and_read(&[])?;
+        Ok(())
+    }
+
+    fn prepare_embed(&self, w: &GpuWeight) -> Result<(), GpuError> {
+        let ids = self.scratch(16);
+        let out = self.scratch((w.k * 4) as u64);
+        let mut enc = StepEncoder::new(&self.ctx);
+        self.embed(&mut enc, w, &ids, 1, &out)?;
+        enc.submit_and_read(&[])?;
+        Ok(())
+    }
+
+    fn prepare_attention(&self, head_dim: u32, heads: u32, kv_heads: u32) -> Result<(), GpuError> {
+        let b = self.scratch(u64::from(head_dim) * 16);
+        let kv = PagedKv {
+            k_cache: &b,
+            v_cache: &b,
+            kv_heads,
+            head_dim,
+            block_size: 1,
+            positions: &self.dummy,
+            token_seq: &self.dummy,
+            block_tables: &self.dummy,
+            max_blocks: 1,
+        };
+        let out = self.scratch(u64::from(head_dim * heads) * 4);
+        let q = self.scratch(u64::from(head_dim * heads) * 4);
+        let mut enc = StepEncoder::new(&self.ctx);
+        self.paged_attention(&mut enc, &q, u32::MAX, kv, heads, 1, &out)?;
+        enc.submit_and_read(&[])?;
+        Ok(())
+    }
+
+    fn gemm(&self, enc: &mut StepEncoder, w: &GpuWeight, x: Rows, y: Rows, t: u32) -> Result<(), GpuError> {
+        self.gemm_with(enc, w, x, y, t, self.row_tile(w, t))
     }
 
     fn embed(
         &self,
-        s: &mut StepEncoder,
+        enc: &mut StepEncoder,
         w: &GpuWeight,
         ids: &wgpu::Buffer,
         t: u32,
         out: &wgpu::Buffer,
     ) -> Result<(), GpuError> {
-        Kernels::embed(self, s, w, ids, t, out)
+        let kernel = self.embed_kernel(w.format)?;
+        for win in w.windows(self.binding_limit, self.storage_align())? {
+            let p = EmbedParams {
+                t,
+                d: w.k as u32,
+                chunks: w.chunks() as u32,
+                w_row: w.w_row() as u32,
+                vocab: w.n as u32,
+                row0: win.row0,
+                rows: win.rows,
+                pad: 0,
+            };
+            let mut bufs = vec![BufSlice::whole(ids), win.data];
+            bufs.extend(win.scales);
+            bufs.push(BufSlice::whole(out));
+            enc.dispatch(
+                &kernel,
+                bytemuck::bytes_of(&p),
+                &bufs,
+                [(w.chunks() as u32).div_ceil(64), t, 1],
+            );
+        }
+        Ok(())
     }
 
     fn rms_norm(
         &self,
-        s: &mut StepEncoder,
+        enc: &mut StepEncoder,
         x: Rows,
         w: &wgpu::Buffer,
         residual: Option<&wgpu::Buffer>,
@@ -120,13 +217,28 @@ impl Backend for Kernels {
         d: u32,
         y: &wgpu::Buffer,
     ) -> Result<(), GpuError> {
-        Kernels::rms_norm(self, s, x, w, residual, rows, eps, t, d, y);
+        let p = NormParams {
+            t,
+            d,
+            eps,
+            residual: residual.is_some() as u32,
+            gather: rows.is_some() as u32,
+            pad: [0; 3],
+        };
+        let bufs = [
+            BufSlice::whole(x.buf),
+            BufSlice::whole(w),
+            BufSlice::whole(residual.unwrap_or(&self.dummy_rw)),
+            BufSlice::whole(rows.unwrap_or(&self.dummy)),
+            BufSlice::whole(y),
+        ];
+        enc.dispatch(&self.rms_norm, bytemuck::bytes_of(&p), &bufs, [t, 1, 1]);
         Ok(())
     }
 
     fn rope(
         &self,
-        s: &mut StepEncoder,
+        enc: &mut StepEncoder,
         x: &wgpu::Buffer,
         stride: u32,
         positions: &wgpu::Buffer,
@@ -137,27 +249,46 @@ impl Backend for Kernels {
         head_dim: u32,
         pairing: RopePairing,
     ) -> Result<(), GpuError> {
-        Kernels::rope(
-            self, s, x, stride, positions, table, max_pos, t, heads, head_dim, pairing,
+        let p = RopeParams {
+            t,
+            heads,
+            head_dim,
+            stride,
+            pairing: pairing as u32,
+            max_pos,
+            pad: [0; 2],
+        };
+        let bufs = [BufSlice::whole(positions), BufSlice::whole(table), BufSlice::whole(x)];
+        enc.dispatch(
+            &self.rope,
+            bytemuck::bytes_of(&p),
+            &bufs,
+            [(heads * head_dim / 2).div_ceil(64), t, 1],
         );
         Ok(())
     }
 
     fn silu_mul(
         &self,
-        s: &mut StepEncoder,
+        enc: &mut StepEncoder,
         gu: &wgpu::Buffer,
         out: &wgpu::Buffer,
         t: u32,
         inter: u32,
     ) -> Result<(), GpuError> {
-        Kernels::silu_mul(self, s, gu, out, t, inter);
+        let bufs = [BufSlice::whole(gu), BufSlice::whole(out)];
+        enc.dispatch(
+            &self.silu_mul,
+            u32s(&[t, inter, 0, 0]),
+            &bufs,
+            [inter.div_ceil(64), t, 1],
+        );
         Ok(())
     }
 
     fn cache_write(
         &self,
-        s: &mut StepEncoder,
+        enc: &mut StepEncoder,
         qkv: Rows,
         k_off: u32,
         v_off: u32,
@@ -167,13 +298,25 @@ impl Backend for Kernels {
         v_cache: &wgpu::Buffer,
         t: u32,
     ) -> Result<(), GpuError> {
-        Kernels::cache_write(self, s, qkv, k_off, v_off, kv_width, slot_mapping, k_cache, v_cache, t);
+        let p = [t, kv_width, qkv.stride, k_off, v_off, 0, 0, 0];
+        let bufs = [
+            BufSlice::whole(qkv.buf),
+            BufSlice::whole(slot_mapping),
+            BufSlice::whole(k_cache),
+            BufSlice::whole(v_cache),
+        ];
+        enc.dispatch(
+            &self.cache_write,
+            bytemuck::cast_slice(&p),
+            &bufs,
+            [kv_width.div_ceil(64), t, 1],
+        );
         Ok(())
     }
 
     fn paged_attention(
         &self,
-        s: &mut StepEncoder,
+        enc: &mut StepEncoder,
         q: &wgpu::Buffer,
         q_stride: u32,
         kv: PagedKv,
@@ -181,18 +324,45 @@ impl Backend for Kernels {
         t: u32,
         out: &wgpu::Buffer,
     ) -> Result<(), GpuError> {
-        Kernels::paged_attention(self, s, q, q_stride, kv, heads, t, out)
+        let v = self.attention_variant(kv.head_dim, heads / kv.kv_heads.max(1));
+        let kernel = self.attention_kernel(v)?;
+        let p = AttentionParams {
+            t,
+            heads,
+            kv_heads: kv.kv_heads,
+            q_stride: if q_stride == u32::MAX {
+                heads * kv.head_dim
+            } else {
+                q_stride
+            },
+            block_size: kv.block_size,
+            max_blocks: kv.max_blocks,
+            scale: 1.0 / (kv.head_dim as f32).sqrt(),
+            pad: 0,
+        };
+        let bufs = [
+            BufSlice::whole(q),
+            BufSlice::whole(kv.k_cache),
+            BufSlice::whole(kv.v_cache),
+            BufSlice::whole(kv.positions),
+            BufSlice::whole(kv.token_seq),
+            BufSlice::whole(kv.block_tables),
+            BufSlice::whole(out),
+        ];
+        enc.dispatch(&kernel, bytemuck::bytes_of(&p), &bufs, [heads / v.g, t, 1]);
+        Ok(())
     }
 
     fn argmax(
         &self,
-        s: &mut StepEncoder,
+        enc: &mut StepEncoder,
         x: &wgpu::Buffer,
         n: u32,
         rows: u32,
         out: &wgpu::Buffer,
     ) -> Result<(), GpuError> {
-        Kernels::argmax(self, s, x, n, rows, out);
+        let bufs = [BufSlice::whole(x), BufSlice::whole(out)];
+        enc.dispatch(&self.argmax, u32s(&[rows, n, 0, 0]), &bufs, [rows, 1, 1]);
         Ok(())
     }
 }
