@@ -92,6 +92,12 @@ impl EngineArgs {
     /// Starts an engine and prints what it runs on.
     pub fn start(&self) -> anyhow::Result<wllm::Engine> {
         let cfg = self.config()?;
+        if cfg.device == wllm::Device::Auto
+            && wllm::backend::device::CUDA_BUILT
+            && let Some(why) = wllm::backend::device::cuda_unavailable()
+        {
+            eprintln!("cuda backend not used ({why}); running on wgpu");
+        }
         let t0 = std::time::Instant::now();
         let engine =
             wllm::Engine::new(&cfg).with_context(|| format!("starting the engine on {}", cfg.model.display()))?;
