@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::reference::*;
 use common::*;
 use rand::seq::SliceRandom;
 use wllm::backend::Backend;
@@ -13,21 +14,6 @@ struct Case {
     kv_heads: usize,
     hd: usize,
     bs: usize,
-}
-
-/// Softmax(q·Kᵀ/√d)·V over keys 0..=pos, in f64.
-fn cpu_attention(q: &[f32], keys: &[Vec<f32>], vals: &[Vec<f32>], hd: usize) -> Vec<f32> {
-    let scale = 1.0 / (hd as f64).sqrt();
-    let scores: Vec<f64> = keys
-        .iter()
-        .map(|k| q.iter().zip(k).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum::<f64>() * scale)
-        .collect();
-    let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
-    let z: f64 = e.iter().sum();
-    (0..hd)
-        .map(|d| (e.iter().zip(vals).map(|(w, v)| w * f64::from(v[d])).sum::<f64>() / z) as f32)
-        .collect()
 }
 
 /// Runs cache_write for every token of every sequence, then attention for the

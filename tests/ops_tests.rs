@@ -3,19 +3,11 @@
 
 mod common;
 
+use common::reference::*;
 use common::*;
 use wllm::backend::Backend;
 use wllm::kernels::{RopePairing, Rows, rope_table};
 use wllm::quant::{self, WeightFormat};
-
-fn cpu_rms_norm(h: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
-    let ms = h.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / h.len() as f64;
-    let s = 1.0 / (ms + f64::from(eps)).sqrt();
-    h.iter()
-        .zip(w)
-        .map(|(&v, &wv)| (f64::from(v) * s * f64::from(wv)) as f32)
-        .collect()
-}
 
 #[test]
 fn rms_norm_matches_cpu_with_and_without_residual_and_gather() {
@@ -164,23 +156,6 @@ fn rms_norm_and_rope_are_batch_invariant() {
             "rms_norm row {row}"
         );
         assert_eq!(bits(&one[1]), bits(&batch[1][row * d..(row + 1) * d]), "rope row {row}");
-    }
-}
-
-fn cpu_rope(x: &mut [f32], pos: usize, heads: usize, hd: usize, theta: f64, adjacent: bool) {
-    for h in 0..heads {
-        for i in 0..hd / 2 {
-            let a = pos as f64 * theta.powf(-2.0 * i as f64 / hd as f64);
-            let (c, s) = (a.cos(), a.sin());
-            let (ia, ib) = if adjacent {
-                (h * hd + 2 * i, h * hd + 2 * i + 1)
-            } else {
-                (h * hd + i, h * hd + i + hd / 2)
-            };
-            let (x0, x1) = (f64::from(x[ia]), f64::from(x[ib]));
-            x[ia] = (x0 * c - x1 * s) as f32;
-            x[ib] = (x0 * s + x1 * c) as f32;
-        }
     }
 }
 

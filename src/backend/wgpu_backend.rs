@@ -3,8 +3,6 @@
 //! `StepEncoder`: every op is recorded, `finish` submits once; the engine's
 //! steps reuse their bind groups (`Kernels::bind_cache`).
 
-use wgpu::util::DeviceExt;
-
 use super::{Backend, PagedKv, RopePairing, Rows, WeightInfo};
 use crate::gpu::{BufSlice, GpuError, StepEncoder};
 use crate::kernels::embed::EmbedParams;
@@ -86,13 +84,7 @@ impl Backend for Kernels {
     }
 
     fn upload(&self, data: &[u8], label: &str) -> Result<wgpu::Buffer, GpuError> {
-        let mut v = data.to_vec();
-        v.resize(v.len().max(16).div_ceil(4) * 4, 0);
-        Ok(self.ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some(label),
-            contents: &v,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
-        }))
+        Ok(self.ctx.storage_buffer(data, label))
     }
 
     fn buffer_bytes(&self, b: &wgpu::Buffer) -> u64 {

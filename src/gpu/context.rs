@@ -149,6 +149,19 @@ impl GpuContext {
         self.info.device_type == wgpu::DeviceType::Cpu
     }
 
+    /// A storage buffer holding `bytes`, zero-padded to the non-empty, 4-byte-multiple
+    /// size wgpu needs.
+    pub fn storage_buffer(&self, bytes: &[u8], label: &str) -> wgpu::Buffer {
+        use wgpu::util::DeviceExt;
+        let mut v = bytes.to_vec();
+        v.resize(v.len().max(16).div_ceil(4) * 4, 0);
+        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: &v,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+        })
+    }
+
     /// Largest byte range one storage binding may cover.
     pub fn max_binding(&self) -> u64 {
         self.limits

@@ -1,7 +1,5 @@
 //! A weight matrix resident on the GPU in the layout of `quant::repack`.
 
-use wgpu::util::DeviceExt;
-
 use super::gemm::w_row_len;
 use crate::gpu::{BufSlice, GpuContext, GpuError};
 use crate::quant::{Repacked, WeightFormat};
@@ -21,16 +19,7 @@ pub struct GpuWeight {
 impl GpuWeight {
     /// Uploads a repacked matrix.
     pub fn upload(ctx: &GpuContext, r: &Repacked, label: &str) -> Self {
-        let mk = |bytes: &[u8]| {
-            // wgpu needs a non-empty, 4-byte-multiple buffer.
-            let mut v = bytes.to_vec();
-            v.resize(v.len().max(16).div_ceil(4) * 4, 0);
-            ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some(label),
-                contents: &v,
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
-            })
-        };
+        let mk = |bytes: &[u8]| ctx.storage_buffer(bytes, label);
         Self {
             format: r.format,
             n: r.n,

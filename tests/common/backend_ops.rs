@@ -7,6 +7,7 @@ use wllm::backend::{Backend, PagedKv, RopePairing, Rows};
 use wllm::kernels::rope_table;
 use wllm::quant::{self, WeightFormat};
 
+use super::reference::{cpu_attention, cpu_rms_norm, cpu_rope};
 use super::{awkward_k, rand_vec, rand_weight_bytes, rng};
 
 /// One case's output.
@@ -264,11 +265,7 @@ pub fn reference_ops() -> Vec<Vec<f32>> {
     let (t, d) = (3usize, 77usize);
     let mut r = rng(300);
     let (x, w, res) = (rand_vec(&mut r, t * d), rand_vec(&mut r, d), rand_vec(&mut r, t * d));
-    let norm = |h: &[f32]| -> Vec<f32> {
-        let ms = h.iter().map(|v| f64::from(v * v)).sum::<f64>() / d as f64;
-        let sc = 1.0 / (ms + 1e-5).sqrt();
-        h.iter().zip(&w).map(|(v, g)| (f64::from(*v) * sc) as f32 * g).collect()
-    };
+    let norm = |h: &[f32]| cpu_rms_norm(h, &w, 1e-5);
     let summed: Vec<f32> = x.iter().zip(&res).map(|(a, b)| a + b).collect();
     out.push(x.chunks(d).flat_map(norm).collect());
     let mut v: Vec<f32> = summed.chunks(d).flat_map(norm).collect();
@@ -284,21 +281,8 @@ pub fn reference_ops() -> Vec<Vec<f32>> {
     let x = rand_vec(&mut rng(400), t * 90);
     for adjacent in [false, true] {
         let mut v = x.clone();
-        for (i, p) in [0usize, 7, 63].iter().enumerate().take(t) {
-            for h in 0..heads {
-                for j in 0..hd / 2 {
-                    let a = (*p as f64) * 10000f64.powf(-2.0 * j as f64 / hd as f64);
-                    let base = i * 90 + h * hd;
-                    let (ia, ib) = if adjacent {
-                        (base + 2 * j, base + 2 * j + 1)
-                    } else {
-                        (base + j, base + j + hd / 2)
-                    };
-                    let (x0, x1) = (f64::from(x[ia]), f64::from(x[ib]));
-                    v[ia] = (x0 * a.cos() - x1 * a.sin()) as f32;
-                    v[ib] = (x0 * a.sin() + x1 * a.cos()) as f32;
-                }
-            }
+        for (i, &p) in [0usize, 7, 63].iter().enumerate().take(t) {
+            cpu_rope(&mut v[i * 90..i * 90 + heads * hd], p, heads, hd, 10000.0, adjacent);
         }
         out.push(v);
     }
@@ -353,23 +337,9 @@ fn reference_attention() -> Vec<f32> {
             let g = h / (heads / kvh);
             let q = &qkv[tok * width + h * hd..][..hd];
             let row = |j: usize, off: usize| &qkv[(starts[s as usize] + j) * width + off + g * hd..][..hd];
-            let scores: Vec<f64> = (0..=p as usize)
-                .map(|j| {
-                    let k = row(j, heads * hd);
-                    q.iter().zip(k).map(|(a, b)| f64::from(a * b)).sum::<f64>() / (hd as f64).sqrt()
-                })
-                .collect();
-            let m = scores.iter().cloned().fold(f64::MIN, f64::max);
-            let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
-            let z: f64 = e.iter().sum();
-            for dd in 0..hd {
-                let v: f64 = e
-                    .iter()
-                    .enumerate()
-                    .map(|(j, w)| w * f64::from(row(j, (heads + kvh) * hd)[dd]))
-                    .sum();
-                out.push((v / z) as f32);
-            }
+            let keys: Vec<Vec<f32>> = (0..=p as usize).map(|j| row(j, heads * hd).to_vec()).collect();
+            let vals: Vec<Vec<f32>> = (0..=p as usize).map(|j| row(j, (heads + kvh) * hd).to_vec()).collect();
+            out.extend(cpu_attention(q, &keys, &vals, hd));
         }
     }
     out

@@ -6,13 +6,13 @@ pub mod backend_ops;
 #[cfg(feature = "cuda")]
 pub mod cuda_emu;
 pub mod oracle_check;
+pub mod reference;
 
 use std::sync::OnceLock;
 
 use half::{bf16, f16};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use wgpu::util::DeviceExt;
 use wllm::gpu::{BufSlice, GpuContext, GpuOptions, StepEncoder};
 use wllm::kernels::{GpuWeight, Kernels};
 use wllm::quant::{self, WeightFormat};
@@ -48,16 +48,7 @@ pub fn close(got: &[f32], want: &[f32], tol: f32, what: &str) {
 }
 
 pub fn upload<T: bytemuck::Pod>(data: &[T]) -> wgpu::Buffer {
-    let mut bytes = bytemuck::cast_slice::<T, u8>(data).to_vec();
-    bytes.resize(bytes.len().max(16).div_ceil(4) * 4, 0);
-    kernels()
-        .ctx
-        .device
-        .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("test"),
-            contents: &bytes,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-        })
+    kernels().ctx.storage_buffer(bytemuck::cast_slice(data), "test")
 }
 
 pub fn zeros(n: usize) -> wgpu::Buffer {

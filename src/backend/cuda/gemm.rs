@@ -18,12 +18,13 @@ const DEQUANT_ROWS: usize = 65535;
 impl CudaBackend {
     /// Grows the f32 scratch of the cuBLAS path to hold `w` (non-f32 formats).
     pub(super) fn reserve_dequant(&self, w: &CudaWeight) -> Result<(), GpuError> {
-        if w.format == WeightFormat::F32 {
-            return Ok(());
-        }
-        let need = (w.n * w.kp * 4) as u64;
         let mut slot = self.dequant.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.as_ref().is_none_or(|b| b.len() < need) {
+        self.grow_dequant(&mut slot, w)
+    }
+
+    fn grow_dequant(&self, slot: &mut Option<CudaBuffer>, w: &CudaWeight) -> Result<(), GpuError> {
+        let need = (w.n * w.kp * 4) as u64;
+        if w.format != WeightFormat::F32 && slot.as_ref().is_none_or(|b| b.len() < need) {
             *slot = Some(self.alloc(need)?);
         }
         Ok(())
@@ -62,8 +63,8 @@ impl CudaBackend {
     }
 
     fn gemm_cublas(&self, w: &CudaWeight, x: Rows<CudaBuffer>, y: Rows<CudaBuffer>, t: u32) -> Result<(), GpuError> {
-        self.reserve_dequant(w)?;
-        let slot = self.dequant.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.dequant.lock().unwrap_or_else(|e| e.into_inner());
+        self.grow_dequant(&mut slot, w)?;
         let a = if w.format == WeightFormat::F32 {
             w.data.ptr()
         } else {
