@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
 use wllm::backend::Backend;
+use wllm::backend::wgsl::{GpuWeight, Kernels, Rows};
 use wllm::gpu::{Binding, BufSlice, GpuContext, GpuOptions, Kernel, StepEncoder};
-use wllm::kernels::{GpuWeight, Kernels, Rows};
 use wllm::quant::{self, WeightFormat};
 
 /// Seconds per repetition of `record`, median of 5 runs of `reps` in one submission.
@@ -42,10 +42,11 @@ fn main() {
     // The read roof: 64 MiB as vec4<u32>.
     let roof_kernel = Arc::new(
         Kernel::new(
-            &ctx,
+            &ctx.device,
             "read_roof",
             include_str!("../shaders/read_roof.wgsl"),
             &[Binding::Read, Binding::ReadWrite],
+            None,
         )
         .expect("read_roof"),
     );

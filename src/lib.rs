@@ -14,9 +14,9 @@
 
 pub mod backend;
 pub mod client;
+pub mod config;
 pub mod engine;
 pub mod gpu;
-pub mod kernels;
 pub mod metrics;
 pub mod model;
 pub mod quant;

@@ -32,7 +32,41 @@ enum Command {
     Bench(cli::bench::BenchCommand),
 }
 
+/// Vulkan's window-system layer (libwayland, loaded by the driver even though
+/// wllm opens no window) prints "error: XDG_RUNTIME_DIR is invalid or not set"
+/// when the variable is missing or points nowhere, as in containers and CI. That
+/// is not an error of ours, so give it a private runtime directory (0700, as the
+/// XDG spec asks) before anything opens a device.
+fn ensure_runtime_dir() {
+    let ok = std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| std::path::Path::new(&d).is_dir());
+    if ok || !cfg!(unix) {
+        return;
+    }
+    // One directory per user (the owner of /proc/self), reused across runs.
+    #[cfg(unix)]
+    let who = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self").map_or(std::process::id(), |m| m.uid())
+    };
+    #[cfg(not(unix))]
+    let who = std::process::id();
+    let dir = std::env::temp_dir().join(format!("wllm-runtime-{who}"));
+    let made = std::fs::create_dir_all(&dir).is_ok();
+    #[cfg(unix)]
+    let made = made && {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).is_ok()
+    };
+    if made {
+        // SAFETY: called first thing in `main`, before any thread exists (clap
+        // parsing spawns none), so no other thread can read the environment
+        // while it is written.
+        unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
+    }
+}
+
 fn main() {
+    ensure_runtime_dir();
     let cli = Cli::parse();
     let result = match cli.command {
         None => cli::chat::run(&cli::chat::ChatArgs {

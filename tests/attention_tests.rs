@@ -7,7 +7,7 @@ use common::reference::*;
 use common::*;
 use rand::seq::SliceRandom;
 use wllm::backend::Backend;
-use wllm::kernels::{PagedKv, Rows};
+use wllm::backend::wgsl::{PagedKv, Rows};
 
 struct Case {
     heads: usize,
@@ -23,7 +23,7 @@ fn run_case(c: &Case, seq_lens: &[usize], queries: &[(usize, usize)], seed: u64)
 }
 
 fn run_case_on(
-    ks: &wllm::kernels::Kernels,
+    ks: &wllm::backend::wgsl::Kernels,
     c: &Case,
     seq_lens: &[usize],
     queries: &[(usize, usize)],
@@ -131,7 +131,7 @@ fn run_case_on(
 
 #[test]
 fn gpu_shaped_paged_attention_matches_cpu() {
-    let mut ks = wllm::kernels::Kernels::new(&kernels().ctx).unwrap();
+    let mut ks = wllm::backend::wgsl::Kernels::new(&kernels().ctx).unwrap();
     ks.use_gpu_shapes();
     for (ci, c) in [
         Case {

@@ -58,7 +58,7 @@ fn device_resolution_follows_what_this_machine_has() {
 fn engine_decode_steps_reuse_their_bind_groups() {
     let dir = common::test_dir("bind_cache");
     let model = common::tiny::write_tiny_gguf(&dir, "tiny.gguf", &Default::default(), &mut common::rng(3));
-    let ks = wllm::kernels::Kernels::new(&kernels().ctx).expect("kernels");
+    let ks = wllm::backend::wgsl::Kernels::new(&kernels().ctx).expect("kernels");
     let cache = ks.bind_cache.clone();
     let cfg = EngineConfig {
         model,

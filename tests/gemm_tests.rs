@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use wllm::backend::Backend;
-use wllm::kernels::Rows;
+use wllm::backend::wgsl::Rows;
 use wllm::quant::WeightFormat;
 
 /// Y = X·Wᵀ on the CPU in f64, and Σ|x·w| per element for the tolerance.
@@ -30,7 +30,7 @@ fn check_gemm(format: WeightFormat, t: usize, n: usize, seed: u64) {
     check_gemm_on(kernels(), format, t, n, seed);
 }
 
-fn check_gemm_on(ks: &wllm::kernels::Kernels, format: WeightFormat, t: usize, n: usize, seed: u64) {
+fn check_gemm_on(ks: &wllm::backend::wgsl::Kernels, format: WeightFormat, t: usize, n: usize, seed: u64) {
     let k = awkward_k(format);
     let mut r = rng(seed);
     let (w, wc) = rand_weight(&mut r, format, n, k);
@@ -155,7 +155,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 /// the same, bit for bit, for gemm and embed.
 #[test]
 fn large_weights_are_bound_in_windows() {
-    let mut small = wllm::kernels::Kernels::new(&kernels().ctx).unwrap();
+    let mut small = wllm::backend::wgsl::Kernels::new(&kernels().ctx).unwrap();
     small.binding_limit = 16384;
     for format in WeightFormat::ALL {
         let (t, n, k) = (5usize, 300usize, awkward_k(format));
@@ -191,7 +191,7 @@ fn large_weights_are_bound_in_windows() {
 /// on this adapter too: same results as the CPU reference, same bits across tiles.
 #[test]
 fn gpu_shaped_gemm_matches_cpu() {
-    let mut ks = wllm::kernels::Kernels::new(&kernels().ctx).unwrap();
+    let mut ks = wllm::backend::wgsl::Kernels::new(&kernels().ctx).unwrap();
     ks.use_gpu_shapes();
     for (fi, format) in WeightFormat::ALL.into_iter().enumerate() {
         for (si, &(t, n)) in [(1, 300), (3, 19), (67, 130)].iter().enumerate() {

@@ -6,7 +6,8 @@ mod common;
 use common::reference::*;
 use common::*;
 use wllm::backend::Backend;
-use wllm::kernels::{RopePairing, Rows, rope_table};
+use wllm::backend::wgsl::{RopePairing, Rows};
+use wllm::model::rope::rope_table;
 use wllm::quant::{self, WeightFormat};
 
 #[test]
@@ -238,7 +239,11 @@ fn embed_gathers_rows_in_every_format() {
             let mut r = rng(d as u64);
             let bytes = rand_weight_bytes(&mut r, format, vocab, d);
             let cpu = quant::dequantize(format, &bytes, vocab, d).unwrap();
-            let w = wllm::kernels::GpuWeight::upload(&ks.ctx, &quant::repack(format, &bytes, vocab, d).unwrap(), "emb");
+            let w = wllm::backend::wgsl::GpuWeight::upload(
+                &ks.ctx,
+                &quant::repack(format, &bytes, vocab, d).unwrap(),
+                "emb",
+            );
             let ids = [0u32, 999, 17, 17, 500, 3, 250];
             let (ib, ob) = (upload(&ids), zeros(ids.len() * d));
             let mut enc = encoder();

@@ -8,7 +8,7 @@ mod common;
 
 use common::oracle_check::{check_greedy, ids, load};
 use common::*;
-use wllm::kernels::Kernels;
+use wllm::backend::wgsl::Kernels;
 use wllm::model::ModelFiles;
 use wllm::tokenizer::{ChatMessage, Tokenizer};
 

@@ -4,40 +4,7 @@
 
 use crate::gpu::GpuError;
 
-/// The backend asked for.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Device {
-    /// cuda when built with it and an NVIDIA device exists, else wgpu.
-    #[default]
-    Auto,
-    /// WGSL kernels through wgpu (Vulkan, Metal, DX12, lavapipe).
-    Wgpu,
-    /// CUDA C kernels through the NVIDIA driver (`--features cuda`).
-    Cuda,
-}
-
-impl std::str::FromStr for Device {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "auto" => Ok(Self::Auto),
-            "wgpu" | "vulkan" | "metal" | "dx12" => Ok(Self::Wgpu),
-            "cuda" => Ok(Self::Cuda),
-            other => Err(format!("unknown device {other:?}: use wgpu, cuda or auto")),
-        }
-    }
-}
-
-impl std::fmt::Display for Device {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Auto => "auto",
-            Self::Wgpu => "wgpu",
-            Self::Cuda => "cuda",
-        })
-    }
-}
+pub use crate::config::Device;
 
 /// Whether this binary was built with the cuda backend.
 pub const CUDA_BUILT: bool = cfg!(feature = "cuda");

@@ -10,16 +10,19 @@
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;
-mod wgpu_backend;
+mod open;
+pub mod wgsl;
+
+pub use open::{OpenBackend, OpenTimings, gpu_options, open};
 
 pub use device::Device;
 
-use crate::gpu::GpuError;
+use crate::gpu::{GpuError, PipelineStats};
 use crate::quant::{Repacked, WeightFormat};
 
 /// Rows of activations in a buffer of f32: element `off + t*stride` starts row `t`.
 #[derive(Debug)]
-pub struct Rows<'a, B = wgpu::Buffer> {
+pub struct Rows<'a, B> {
     pub buf: &'a B,
     pub off: u32,
     pub stride: u32,
@@ -44,7 +47,7 @@ impl<'a, B> Rows<'a, B> {
 
 /// The paged KV cache and step arrays `paged_attention` reads.
 #[derive(Debug)]
-pub struct PagedKv<'a, B = wgpu::Buffer> {
+pub struct PagedKv<'a, B> {
     // k_cache, v_cache: (num_blocks * block_size, kv_heads * head_dim) f32
     pub k_cache: &'a B,
     pub v_cache: &'a B,
@@ -111,12 +114,17 @@ pub trait Backend: Send + 'static {
     /// Uploads a repacked weight.
     fn upload_weight(&self, r: &Repacked, label: &str) -> Result<Self::Weight, GpuError>;
 
-    /// Compiles and warms what `gemm` over `w` needs (once per format and shape class).
+    /// Checks (and reserves) what `gemm` over `w` needs; a backend may compile lazily.
     fn prepare_gemm(&self, w: &Self::Weight) -> Result<(), GpuError>;
-    /// Compiles and warms what `embed` over `w` needs.
+    /// Checks what `embed` over `w` needs.
     fn prepare_embed(&self, w: &Self::Weight) -> Result<(), GpuError>;
-    /// Compiles and warms `paged_attention` for a head shape.
+    /// Checks that `paged_attention` supports a head shape.
     fn prepare_attention(&self, head_dim: u32, heads: u32, kv_heads: u32) -> Result<(), GpuError>;
+
+    /// Pipelines compiled on this device so far (backends that compile ahead report none).
+    fn pipeline_stats(&self) -> PipelineStats {
+        PipelineStats::default()
+    }
 
     /// Starts recording a step.
     fn begin(&self) -> Self::Step;

@@ -4,7 +4,6 @@
 use clap::Args;
 use wllm::backend::device::cuda_unavailable;
 use wllm::engine::KvPlan;
-use wllm::gpu::{GpuContext, GpuOptions};
 use wllm::model::ModelFiles;
 
 use super::EngineArgs;
@@ -13,6 +12,10 @@ use super::EngineArgs;
 pub struct InfoArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
+    /// Also load the engine and print where start-up time goes (device, tokenizer,
+    /// weights, pipelines, KV pool), then run a one-token prompt and print its time.
+    #[arg(long)]
+    pub timings: bool,
 }
 
 pub fn run(a: &InfoArgs) -> anyhow::Result<()> {
@@ -40,21 +43,11 @@ pub fn run(a: &InfoArgs) -> anyhow::Result<()> {
         None => println!("cuda: available"),
         Some(why) => println!("cuda: not available ({why})"),
     }
-    let (describe, max_buffer) = match a.engine.device.resolve()? {
-        #[cfg(feature = "cuda")]
-        wllm::Device::Cuda => {
-            use wllm::backend::Backend;
-            let b = wllm::backend::cuda::CudaBackend::new(0)?;
-            (b.describe(), b.max_buffer())
-        }
-        _ => {
-            let ctx = GpuContext::new(&GpuOptions {
-                adapter: a.engine.adapter.clone(),
-            })?;
-            (ctx.describe(), ctx.max_binding())
-        }
-    };
-    println!("device: {describe}");
+    let cfg = a.engine.config()?;
+    let (backend, _) = wllm::backend::open(&cfg)?;
+    let max_buffer = backend.max_buffer();
+    println!("device: {}", backend.describe());
+    drop(backend);
     let plan = KvPlan::new(
         c.kv_bytes_per_token(),
         c.layers,
@@ -70,5 +63,23 @@ pub fn run(a: &InfoArgs) -> anyhow::Result<()> {
         c.layers, c.kv_heads, c.head_dim, plan.bytes_per_token
     );
     println!("{}", plan.describe());
+    if a.timings {
+        let t0 = std::time::Instant::now();
+        let engine = wllm::Engine::new(&cfg)?;
+        println!("{}", engine.load_timings().describe());
+        let t1 = std::time::Instant::now();
+        let params = wllm::SamplingParams {
+            max_tokens: Some(1),
+            ..wllm::SamplingParams::greedy()
+        };
+        engine
+            .generate(wllm::Prompt::Text("The capital of France is".into()), params)?
+            .collect_all()?;
+        println!(
+            "first one-token prompt {:.2} s; start to first token {:.2} s",
+            t1.elapsed().as_secs_f64(),
+            t0.elapsed().as_secs_f64()
+        );
+    }
     Ok(())
 }

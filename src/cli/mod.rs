@@ -46,6 +46,19 @@ pub struct EngineArgs {
     /// Turn automatic prefix caching off.
     #[arg(long, global = true)]
     pub no_prefix_caching: bool,
+    /// Directory of the persisted GPU pipeline cache (default: $XDG_CACHE_HOME/wllm or the platform's).
+    #[arg(long, global = true, env = "WLLM_PIPELINE_CACHE_DIR")]
+    pub pipeline_cache_dir: Option<PathBuf>,
+    /// Compile pipelines every run instead of keeping them on disk.
+    #[arg(long, global = true)]
+    pub no_pipeline_cache: bool,
+    /// WGSL gemm register tiles, for tuning: decode_tn,prefill_tm,prefill_tn,quant_prefill_tm,wg
+    /// (default: chosen for the adapter).
+    #[arg(long, global = true, env = "WLLM_GEMM_TILES")]
+    pub gemm_tiles: Option<wllm::config::GemmTiles>,
+    /// cuda: row count from which gemm uses cuBLAS, 0 = never (default 32).
+    #[arg(long, global = true, env = "WLLM_CUBLAS_MIN_T")]
+    pub cublas_min_t: Option<u32>,
 }
 
 impl EngineArgs {
@@ -86,6 +99,13 @@ impl EngineArgs {
             max_num_seqs: self.max_num_seqs,
             max_model_len: self.max_model_len,
             enable_prefix_caching: !self.no_prefix_caching,
+            pipeline_cache: match (&self.pipeline_cache_dir, self.no_pipeline_cache) {
+                (_, true) => wllm::config::PipelineCacheDir::Off,
+                (Some(d), false) => wllm::config::PipelineCacheDir::At(d.clone()),
+                (None, false) => wllm::config::PipelineCacheDir::User,
+            },
+            gemm_tiles: self.gemm_tiles,
+            cublas_min_t: self.cublas_min_t,
         })
     }
 
@@ -103,7 +123,12 @@ impl EngineArgs {
             wllm::Engine::new(&cfg).with_context(|| format!("starting the engine on {}", cfg.model.display()))?;
         eprintln!("device: {}", engine.adapter());
         eprintln!("{}", engine.kv_plan().describe());
-        eprintln!("loaded {} in {:.1} s", cfg.model.display(), t0.elapsed().as_secs_f64());
+        eprintln!(
+            "loaded {} in {:.1} s ({})",
+            cfg.model.display(),
+            t0.elapsed().as_secs_f64(),
+            engine.load_timings().describe()
+        );
         Ok(engine)
     }
 }

@@ -1,45 +1,7 @@
-//! The engine's settings and how they default on a given adapter and model.
+//! How the KV pool works out for a model and the engine's settings (`EngineConfig`,
+//! defined in `crate::config`).
 
-use std::path::PathBuf;
-
-/// Settings of an engine (the CLI flags of every subcommand that starts one).
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct EngineConfig {
-    /// A .gguf file or a Hugging Face directory.
-    pub model: PathBuf,
-    /// The backend: wgpu, cuda, or auto (cuda when built with it and an NVIDIA device exists).
-    pub device: crate::backend::Device,
-    /// Substring of the wgpu adapter name (`WLLM_ADAPTER` when unset).
-    pub adapter: Option<String>,
-    /// Bytes of the KV pool; default: 512 MiB, within the adapter's binding limit.
-    pub kv_cache_memory: Option<u64>,
-    /// Tokens per KV block.
-    pub block_size: usize,
-    /// Token budget of one step (the prefill chunk size).
-    pub max_num_batched_tokens: usize,
-    /// Most sequences in one step.
-    pub max_num_seqs: usize,
-    /// Longest prompt + output; default: the model's context, capped by the pool.
-    pub max_model_len: Option<usize>,
-    pub enable_prefix_caching: bool,
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        Self {
-            model: PathBuf::new(),
-            device: crate::backend::Device::Auto,
-            adapter: None,
-            kv_cache_memory: None,
-            block_size: 16,
-            max_num_batched_tokens: 512,
-            max_num_seqs: 64,
-            max_model_len: None,
-            enable_prefix_caching: true,
-        }
-    }
-}
+pub use crate::config::EngineConfig;
 
 /// The default KV pool size.
 pub const DEFAULT_KV_CACHE_MEMORY: u64 = 512 << 20;

@@ -51,6 +51,7 @@ struct Inner {
     model_config: ModelConfig,
     plan: KvPlan,
     adapter: String,
+    load_timings: super::LoadTimings,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -84,6 +85,7 @@ impl Engine {
         let model_config = core.model_config.clone();
         let plan = core.plan.clone();
         let adapter = core.runner.describe();
+        let load_timings = core.load_timings.clone();
         let thread = std::thread::Builder::new()
             .name("wllm-engine".into())
             .spawn(move || run_loop(core, rx))
@@ -96,6 +98,7 @@ impl Engine {
                 model_config,
                 plan,
                 adapter,
+                load_timings,
                 thread: Mutex::new(Some(thread)),
             }),
         }
@@ -123,6 +126,11 @@ impl Engine {
     }
 
     /// The adapter the engine runs on.
+    /// Where the load's time went.
+    pub fn load_timings(&self) -> &super::LoadTimings {
+        &self.inner.load_timings
+    }
+
     pub fn adapter(&self) -> &str {
         &self.inner.adapter
     }

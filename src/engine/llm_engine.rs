@@ -12,9 +12,10 @@ use super::model_runner::{ModelRunner, SeqChunk, StepRunner};
 use super::scheduler::{Scheduler, SchedulerConfig};
 use super::sequence::{FinishReason, SeqId, SeqStatus, Sequence};
 use super::{BlockManager, EngineError};
-use crate::backend::Backend;
-use crate::gpu::{GpuContext, GpuOptions};
-use crate::kernels::Kernels;
+use super::LoadTimings;
+use crate::backend::wgsl::Kernels;
+use crate::backend::{Backend, OpenBackend};
+use crate::gpu::GpuContext;
 use crate::metrics::Metrics;
 use crate::model::{LlamaModel, ModelConfig, ModelFiles};
 use crate::sampling::{self, SampledLogprobs, SamplingParams};
@@ -71,30 +72,36 @@ pub struct LlmEngine {
     pub metrics: Metrics,
     next_id: SeqId,
     static_bytes: u64,
+    /// Where the load's time went.
+    pub load_timings: LoadTimings,
 }
 
 impl LlmEngine {
     /// Opens the device (`cfg.device`), loads the model and tokenizer, sizes the KV pool.
     pub fn new(cfg: &EngineConfig) -> Result<Self, EngineError> {
-        match cfg.device.resolve()? {
+        let (backend, opened) = crate::backend::open(cfg)?;
+        let mut me = match backend {
+            OpenBackend::Wgpu(k) => Self::with_backend(k, cfg)?,
             #[cfg(feature = "cuda")]
-            crate::backend::Device::Cuda => Self::with_backend(crate::backend::cuda::CudaBackend::new(0)?, cfg),
-            _ => {
-                let ctx = GpuContext::new(&GpuOptions {
-                    adapter: cfg.adapter.clone(),
-                })?;
-                Self::with_context(&ctx, cfg)
-            }
-        }
+            OpenBackend::Cuda(c) => Self::with_backend(c, cfg)?,
+        };
+        let t = &mut me.load_timings;
+        t.device = opened.seconds - opened.compile_seconds;
+        t.pipelines += opened.compile_seconds;
+        t.total += opened.seconds;
+        Ok(me)
     }
 
-    /// As `new`, on an already opened wgpu device.
+    /// As `new`, on an already opened wgpu device (engines on one device share its pipelines).
     pub fn with_context(ctx: &GpuContext, cfg: &EngineConfig) -> Result<Self, EngineError> {
-        Self::with_backend(Kernels::new(ctx)?, cfg)
+        Self::with_backend(Kernels::with_tiles(ctx, cfg.gemm_tiles)?, cfg)
     }
 
     /// As `new`, on a backend the caller opened.
     pub fn with_backend<B: Backend>(kernels: B, cfg: &EngineConfig) -> Result<Self, EngineError> {
+        let t0 = Instant::now();
+        let mut timings = LoadTimings::default();
+        let compiled_before = kernels.pipeline_stats().compile_seconds;
         let files = ModelFiles::open(&cfg.model)?;
         let model_config = files.config()?;
         let tokenizer = match &files {
@@ -116,7 +123,11 @@ impl LlmEngine {
                 "--max-num-batched-tokens and --max-num-seqs must be at least 1".into(),
             ));
         }
+        timings.tokenizer = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
         let model = LlamaModel::load(&kernels, &files, &model_config)?;
+        timings.weights = t1.elapsed().as_secs_f64();
+        let t2 = Instant::now();
         let runner = ModelRunner::new(
             kernels,
             model,
@@ -126,6 +137,10 @@ impl LlmEngine {
             cfg.max_num_seqs,
             plan.max_model_len,
         )?;
+        timings.kv_pool = t2.elapsed().as_secs_f64();
+        timings.pipeline_stats = runner.pipeline_stats();
+        timings.pipelines = timings.pipeline_stats.compile_seconds - compiled_before;
+        timings.total = t0.elapsed().as_secs_f64();
         let sched_cfg = SchedulerConfig {
             max_num_batched_tokens: cfg.max_num_batched_tokens,
             max_num_seqs: cfg.max_num_seqs,
@@ -142,6 +157,7 @@ impl LlmEngine {
             metrics: Metrics::default(),
             next_id: 0,
             static_bytes,
+            load_timings: timings,
         };
         me.update_gauges();
         Ok(me)

@@ -43,6 +43,8 @@ pub trait StepRunner: Send {
     /// Bytes of the KV pool on the device.
     fn kv_bytes(&self) -> u64;
     fn config(&self) -> &ModelConfig;
+    /// Pipelines compiled on the device so far.
+    fn pipeline_stats(&self) -> crate::gpu::PipelineStats;
 }
 
 /// Runs the model over the paged cache.
@@ -71,6 +73,9 @@ impl<B: Backend> StepRunner for ModelRunner<B> {
     }
     fn config(&self) -> &ModelConfig {
         &self.model.cfg
+    }
+    fn pipeline_stats(&self) -> crate::gpu::PipelineStats {
+        self.kernels.pipeline_stats()
     }
 }
 

@@ -2,7 +2,11 @@
 //! Metal / DX12 first), requests the adapter's own limits and the optional
 //! features it offers, and never requires one.
 
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::PipelineStore;
+pub use crate::config::PipelineCacheDir;
 
 /// Errors from opening or using the GPU.
 #[derive(Debug, thiserror::Error)]
@@ -29,11 +33,22 @@ pub enum GpuError {
     Cuda(String),
 }
 
+impl PipelineCacheDir {
+    pub fn resolve(&self) -> Option<PathBuf> {
+        match self {
+            Self::User => super::user_cache_dir(),
+            Self::At(p) => Some(p.clone()),
+            Self::Off => None,
+        }
+    }
+}
+
 /// How to choose the adapter.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct GpuOptions {
     /// Case-insensitive substring of the adapter name; `WLLM_ADAPTER` when `None`.
     pub adapter: Option<String>,
+    pub pipeline_cache: PipelineCacheDir,
 }
 
 /// The opened device with what we learnt about it. Cheap to clone.
@@ -44,6 +59,8 @@ pub struct GpuContext {
     pub info: Arc<wgpu::AdapterInfo>,
     pub limits: Arc<wgpu::Limits>,
     pub features: wgpu::Features,
+    cache_dir: Option<PathBuf>,
+    pipelines: Arc<OnceLock<Arc<PipelineStore>>>,
 }
 
 impl std::fmt::Debug for GpuContext {
@@ -82,6 +99,34 @@ impl GpuContext {
         pollster::block_on(Self::new_async(opts))
     }
 
+    /// As `new`, but one device per set of options in this process: engines
+    /// opened with the same options share the device and its compiled pipelines.
+    pub fn shared(opts: &GpuOptions) -> Result<Self, GpuError> {
+        static OPEN: Mutex<Vec<(GpuOptions, GpuContext)>> = Mutex::new(Vec::new());
+        let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, ctx)) = open.iter().find(|(o, _)| o == opts) {
+            return Ok(ctx.clone());
+        }
+        let ctx = Self::new(opts)?;
+        open.push((opts.clone(), ctx.clone()));
+        Ok(ctx)
+    }
+
+    /// The device's pipeline store, opened by the first caller with the shader
+    /// sources that key its persisted cache (the wgpu backend's templates).
+    pub fn pipelines(&self, shader_sources: &[&str]) -> Arc<PipelineStore> {
+        self.pipelines
+            .get_or_init(|| {
+                Arc::new(PipelineStore::open(
+                    &self.device,
+                    &self.info,
+                    self.cache_dir.as_deref(),
+                    shader_sources,
+                ))
+            })
+            .clone()
+    }
+
     async fn new_async(opts: &GpuOptions) -> Result<Self, GpuError> {
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
         desc.backends = wgpu::Backends::all();
@@ -113,7 +158,10 @@ impl GpuContext {
         });
         let adapter = adapters.remove(0);
         let info = adapter.get_info();
-        let optional = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
+        let optional = wgpu::Features::SHADER_F16
+            | wgpu::Features::SUBGROUP
+            | wgpu::Features::TIMESTAMP_QUERY
+            | wgpu::Features::PIPELINE_CACHE;
         let features = adapter.features() & optional;
         let limits = adapter.limits();
         let (device, queue) = adapter
@@ -136,6 +184,8 @@ impl GpuContext {
             info: Arc::new(info),
             limits: Arc::new(limits),
             features,
+            cache_dir: opts.pipeline_cache.resolve().map(|d| d.join("pipelines")),
+            pipelines: Arc::default(),
         })
     }
 

@@ -2,13 +2,13 @@
 //! dispatch's uniform parameters, the rest are storage buffers in the order the
 //! WGSL declares them.
 
-use super::{GpuContext, GpuError};
+use super::GpuError;
 
 /// Access of one storage binding (binding 0, the parameters, is implicit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Binding {
-    Read,
-    ReadWrite,
+    Read = 0,
+    ReadWrite = 1,
 }
 
 /// A compiled compute pipeline and its layout.
@@ -23,8 +23,15 @@ pub struct Kernel {
 impl Kernel {
     /// Compiles `source` (entry point `main`) with a uniform at binding 0 and
     /// `storage` buffers at bindings 1.. .
-    pub fn new(ctx: &GpuContext, name: &str, source: &str, storage: &[Binding]) -> Result<Self, GpuError> {
-        let device = &ctx.device;
+    /// `cache`: the device's persisted pipeline cache, if any. Most code asks
+    /// the context's `PipelineStore` instead, which compiles each pipeline once.
+    pub fn new(
+        device: &wgpu::Device,
+        name: &str,
+        source: &str,
+        storage: &[Binding],
+        cache: Option<&wgpu::PipelineCache>,
+    ) -> Result<Self, GpuError> {
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(name),
@@ -70,7 +77,7 @@ impl Kernel {
             module: &module,
             entry_point: Some("main"),
             compilation_options: Default::default(),
-            cache: None,
+            cache,
         });
         if let Some(err) = pollster::block_on(scope.pop()) {
             return Err(GpuError::Shader {

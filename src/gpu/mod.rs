@@ -5,7 +5,9 @@
 mod context;
 mod encoder;
 mod kernel;
+mod pipelines;
 
 pub use context::{GpuContext, GpuError, GpuOptions};
 pub use encoder::{BindCache, BufSlice, StepEncoder};
 pub use kernel::{Binding, Kernel};
+pub use pipelines::{PipelineStats, PipelineStore, user_cache_dir};

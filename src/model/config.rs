@@ -2,7 +2,7 @@
 
 use super::ModelError;
 use super::gguf::GgufFile;
-use crate::kernels::RopePairing;
+use crate::backend::RopePairing;
 
 /// Shape and constants of a Llama-family model.
 #[derive(Clone, Debug, PartialEq)]

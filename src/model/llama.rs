@@ -6,7 +6,7 @@
 
 use super::{ModelConfig, ModelError, ModelFiles, RawTensor};
 use crate::backend::{Backend, PagedKv, Rows, WeightInfo};
-use crate::kernels::rope_table_scaled;
+use super::rope::rope_table_scaled;
 use crate::quant;
 
 /// One decoder layer's weights.

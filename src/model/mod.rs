@@ -4,6 +4,7 @@
 pub mod config;
 pub mod gguf;
 pub mod llama;
+pub mod rope;
 pub mod safetensors;
 pub mod source;
 

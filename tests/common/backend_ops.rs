@@ -4,7 +4,7 @@
 //! `reference_ops()` the CPU's, with the tolerance that case allows.
 
 use wllm::backend::{Backend, PagedKv, RopePairing, Rows};
-use wllm::kernels::rope_table;
+use wllm::model::rope::rope_table;
 use wllm::quant::{self, WeightFormat};
 
 use super::reference::{cpu_attention, cpu_rms_norm, cpu_rope};

@@ -13,8 +13,8 @@ use std::sync::OnceLock;
 use half::{bf16, f16};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use wllm::backend::wgsl::{GpuWeight, Kernels};
 use wllm::gpu::{BufSlice, GpuContext, GpuOptions, StepEncoder};
-use wllm::kernels::{GpuWeight, Kernels};
 use wllm::quant::{self, WeightFormat};
 
 /// The process's kernels on the real adapter. No adapter is a failure, with the

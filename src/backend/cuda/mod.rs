@@ -105,7 +105,7 @@ pub struct CudaBackend {
     exec: Box<dyn Executor>,
     /// f32 copy of a non-f32 weight for the cuBLAS path (grown to the largest weight).
     dequant: Mutex<Option<CudaBuffer>>,
-    /// Row count from which gemm uses cuBLAS (`WLLM_CUBLAS_MIN_T`, default 32; 0 = never).
+    /// Row count from which gemm uses cuBLAS (`EngineConfig::cublas_min_t`, default 32; 0 = never).
     pub cublas_min_t: u32,
 }
 
@@ -118,13 +118,7 @@ impl CudaBackend {
         if let Some(why) = unavailable() {
             return Err(GpuError::Cuda(why));
         }
-        let cublas_min_t = std::env::var("WLLM_CUBLAS_MIN_T")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_CUBLAS_MIN_T);
-        let mut me = Self::with_executor(Box::new(driver::DriverExecutor::new(ordinal)?));
-        me.cublas_min_t = cublas_min_t;
-        Ok(me)
+        Ok(Self::with_executor(Box::new(driver::DriverExecutor::new(ordinal)?)))
     }
 
     /// The backend on any executor (the tests use a CPU emulation).

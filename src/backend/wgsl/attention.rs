@@ -21,7 +21,7 @@ pub fn source(v: AttentionVariant) -> String {
     let d4 = hd / 4;
     let mut s = String::new();
     let _ = writeln!(s, "const HD: u32 = {hd}u;\nconst W: u32 = {w}u;\nconst G: u32 = {g}u;");
-    s.push_str(include_str!("../../shaders/paged_attention.wgsl"));
+    s.push_str(include_str!("../../../shaders/paged_attention.wgsl"));
     s.push_str(
         "var<workgroup> lane_m: array<f32, W * G>;\n\
          var<workgroup> lane_s: array<f32, W * G>;\n\

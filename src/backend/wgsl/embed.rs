@@ -24,8 +24,8 @@ pub struct EmbedParams {
 /// The full WGSL source for `format`.
 pub fn source(format: WeightFormat) -> String {
     let mut s = String::new();
-    s.push_str(include_str!("../../shaders/embed.wgsl"));
-    s.push_str(include_str!("../../shaders/weights.wgsl"));
+    s.push_str(include_str!("../../../shaders/embed.wgsl"));
+    s.push_str(include_str!("../../../shaders/weights.wgsl"));
     s.push_str(&weight_decls(format, 2));
     let ob = if format.is_quantized() { 4 } else { 3 };
     let _ = writeln!(s, "@group(0) @binding({ob}) var<storage, read_write> out: array<f32>;");

@@ -110,8 +110,8 @@ const FMA_LANES: [&str; 8] = ["a.x", "a.y", "a.z", "a.w", "b.x", "b.y", "b.z", "
 pub fn source(v: GemmVariant) -> String {
     let (tm, tn) = (v.tm, v.tn);
     let mut s = String::new();
-    s.push_str(include_str!("../../shaders/gemm.wgsl"));
-    s.push_str(include_str!("../../shaders/weights.wgsl"));
+    s.push_str(include_str!("../../../shaders/gemm.wgsl"));
+    s.push_str(include_str!("../../../shaders/weights.wgsl"));
     if v.x_vec {
         s.push_str(
             "@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;\n\

@@ -3,10 +3,10 @@
 //! `StepEncoder`: every op is recorded, `finish` submits once; the engine's
 //! steps reuse their bind groups (`Kernels::bind_cache`).
 
-use super::{Backend, PagedKv, RopePairing, Rows, WeightInfo};
+use super::{GpuWeight, Kernels, PagedKv, Rows};
+use crate::backend::{Backend, RopePairing, WeightInfo};
 use crate::gpu::{BufSlice, GpuError, StepEncoder};
-use crate::kernels::embed::EmbedParams;
-use crate::kernels::{GpuWeight, Kernels};
+use super::embed::EmbedParams;
 use crate::quant::{Repacked, WeightFormat};
 
 /// Row-wise settings of `rms_norm`.
@@ -109,54 +109,33 @@ impl Backend for Kernels {
         Ok(GpuWeight::upload(&self.ctx, r, label))
     }
 
+    fn pipeline_stats(&self) -> crate::gpu::PipelineStats {
+        Kernels::pipeline_stats(self)
+    }
+
     fn begin(&self) -> StepEncoder {
         StepEncoder::with_cache(&self.ctx, self.bind_cache.clone())
     }
 
     fn finish(&self, step: StepEncoder, reads: &[(&wgpu::Buffer, u64)]) -> Result<Vec<Vec<u8>>, GpuError> {
         let slices: Vec<BufSlice> = reads.iter().map(|&(b, n)| BufSlice::range(b, 0, n)).collect();
-        step.submit_and_read(&slices)
+        let out = step.submit_and_read(&slices);
+        self.save_pipelines();
+        out
     }
 
+    // Pipelines are compiled by the first step that needs them (a one-token
+    // generate never builds the decode tiles); `prepare` only checks that the
+    // weight can be bound on this adapter.
     fn prepare_gemm(&self, w: &GpuWeight) -> Result<(), GpuError> {
-        let x = self.scratch((w.k.div_ceil(8) * 8 * 4) as u64);
-        let y = self.scratch(4 * 64);
-        let mut enc = StepEncoder::new(&self.ctx);
-        for tm in self.row_tiles(w) {
-            let xr = Rows::new(&x, w.k.div_ceil(8) * 8);
-            self.gemm_with(&mut enc, w, xr, Rows::new(&y, 1), 1, tm)?;
-        }
-        enc.submit_and_read(&[])?;
-        Ok(())
+        w.windows(self.binding_limit, self.storage_align()).map(|_| ())
     }
 
     fn prepare_embed(&self, w: &GpuWeight) -> Result<(), GpuError> {
-        let ids = self.scratch(16);
-        let out = self.scratch((w.k * 4) as u64);
-        let mut enc = StepEncoder::new(&self.ctx);
-        self.embed(&mut enc, w, &ids, 1, &out)?;
-        enc.submit_and_read(&[])?;
-        Ok(())
+        w.windows(self.binding_limit, self.storage_align()).map(|_| ())
     }
 
-    fn prepare_attention(&self, head_dim: u32, heads: u32, kv_heads: u32) -> Result<(), GpuError> {
-        let b = self.scratch(u64::from(head_dim) * 16);
-        let kv = PagedKv {
-            k_cache: &b,
-            v_cache: &b,
-            kv_heads,
-            head_dim,
-            block_size: 1,
-            positions: &self.dummy,
-            token_seq: &self.dummy,
-            block_tables: &self.dummy,
-            max_blocks: 1,
-        };
-        let out = self.scratch(u64::from(head_dim * heads) * 4);
-        let q = self.scratch(u64::from(head_dim * heads) * 4);
-        let mut enc = StepEncoder::new(&self.ctx);
-        self.paged_attention(&mut enc, &q, u32::MAX, kv, heads, 1, &out)?;
-        enc.submit_and_read(&[])?;
+    fn prepare_attention(&self, _head_dim: u32, _heads: u32, _kv_heads: u32) -> Result<(), GpuError> {
         Ok(())
     }
 

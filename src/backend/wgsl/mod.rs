@@ -6,6 +6,7 @@
 pub mod attention;
 pub mod embed;
 pub mod gemm;
+mod ops;
 mod weight;
 
 use std::collections::HashMap;
@@ -16,66 +17,47 @@ use wgpu::util::DeviceExt;
 pub use gemm::{GemmParams, GemmVariant};
 pub use weight::{GpuWeight, WeightWindow};
 
-use crate::backend::Backend;
-pub use crate::backend::{PagedKv, RopePairing, Rows};
-use crate::gpu::{BindCache, Binding, BufSlice, GpuContext, GpuError, Kernel, StepEncoder};
+pub use crate::backend::RopePairing;
+
+/// Activation rows in a wgpu buffer.
+pub type Rows<'a> = crate::backend::Rows<'a, wgpu::Buffer>;
+/// The paged KV cache in wgpu buffers.
+pub type PagedKv<'a> = crate::backend::PagedKv<'a, wgpu::Buffer>;
+use crate::gpu::{BindCache, Binding, BufSlice, GpuContext, GpuError, Kernel, PipelineStats, PipelineStore, StepEncoder};
 use crate::quant::WeightFormat;
 
-/// Register-tile shapes of the gemm, chosen per adapter class.
-#[derive(Clone, Copy, Debug)]
-pub struct GemmTiles {
-    pub decode_tn: u32,
-    pub prefill_tm: u32,
-    pub prefill_tn: u32,
-    pub quant_prefill_tm: u32,
-    pub wg: u32,
+pub use crate::config::GemmTiles;
+
+/// The tiles for an adapter class: `GemmTiles::cpu()` on software adapters, else `gpu()`.
+pub fn tiles_for(ctx: &GpuContext) -> GemmTiles {
+    if ctx.is_cpu() { GemmTiles::cpu() } else { GemmTiles::gpu() }
 }
 
-impl GemmTiles {
-    /// lavapipe: one workgroup runs on one thread as 8 SIMD lanes; big register
-    /// tiles amortise loads (see DESIGN.md, "what a probe found").
-    pub fn cpu() -> Self {
-        Self {
-            decode_tn: 16,
-            prefill_tm: 32,
-            prefill_tn: 16,
-            quant_prefill_tm: 16,
-            wg: 8,
-        }
-    }
+/// Every WGSL file of the backend, by name: what the kernels are made of (and
+/// what keys the persisted pipeline cache).
+pub const SHADER_FILES: &[(&str, &str)] = &[
+    ("argmax.wgsl", include_str!("../../../shaders/argmax.wgsl")),
+    ("cache_write.wgsl", include_str!("../../../shaders/cache_write.wgsl")),
+    ("embed.wgsl", include_str!("../../../shaders/embed.wgsl")),
+    ("gemm.wgsl", include_str!("../../../shaders/gemm.wgsl")),
+    ("paged_attention.wgsl", include_str!("../../../shaders/paged_attention.wgsl")),
+    ("rms_norm.wgsl", include_str!("../../../shaders/rms_norm.wgsl")),
+    ("rope.wgsl", include_str!("../../../shaders/rope.wgsl")),
+    ("silu_mul.wgsl", include_str!("../../../shaders/silu_mul.wgsl")),
+    ("weights.wgsl", include_str!("../../../shaders/weights.wgsl")),
+];
 
-    /// GPUs: 64-lane workgroups and small tiles that keep occupancy up.
-    pub fn gpu() -> Self {
-        Self {
-            decode_tn: 4,
-            prefill_tm: 8,
-            prefill_tn: 8,
-            quant_prefill_tm: 8,
-            wg: 64,
-        }
-    }
-
-    pub fn for_adapter(ctx: &GpuContext) -> Self {
-        // WLLM_GEMM_TILES=decode_tn,prefill_tm,prefill_tn,quant_prefill_tm,wg overrides (for tuning).
-        if let Some(v) = std::env::var("WLLM_GEMM_TILES").ok().and_then(|s| {
-            let v: Vec<u32> = s.split(',').filter_map(|x| x.trim().parse().ok()).collect();
-            (v.len() == 5 && !v.contains(&0)).then_some(v)
-        }) {
-            return Self {
-                decode_tn: v[0],
-                prefill_tm: v[1],
-                prefill_tn: v[2],
-                quant_prefill_tm: v[3],
-                wg: v[4],
-            };
-        }
-        if ctx.is_cpu() { Self::cpu() } else { Self::gpu() }
-    }
+/// The device's pipeline store, keyed by this backend's shader files.
+pub fn pipeline_store(ctx: &GpuContext) -> Arc<PipelineStore> {
+    let sources: Vec<&str> = SHADER_FILES.iter().map(|(_, s)| *s).collect();
+    ctx.pipelines(&sources)
 }
 
 /// Every pipeline of the engine.
 pub struct Kernels {
     pub ctx: GpuContext,
+    /// The device's compiled pipelines, shared with every other `Kernels` on it.
+    store: Arc<PipelineStore>,
     pub tiles: GemmTiles,
     /// Kernel shapes for CPU adapters (lavapipe) rather than GPUs.
     pub cpu_shapes: bool,
@@ -101,9 +83,17 @@ pub struct Kernels {
 use Binding::{Read as R, ReadWrite as RW};
 
 impl Kernels {
-    /// Compiles the fixed kernels and warms each with one dispatch.
+    /// Compiles the fixed kernels (or takes them from the device's store); gemm,
+    /// embed and attention variants are compiled when first used. Gemm tiles
+    /// are the adapter's (`tiles_for`).
     pub fn new(ctx: &GpuContext) -> Result<Self, GpuError> {
-        let k = |name: &str, src: &str, b: &[Binding]| Kernel::new(ctx, name, src, b).map(Arc::new);
+        Self::with_tiles(ctx, None)
+    }
+
+    /// As `new`, with the gemm tiles given (`None`: the adapter's).
+    pub fn with_tiles(ctx: &GpuContext, tiles: Option<GemmTiles>) -> Result<Self, GpuError> {
+        let store = pipeline_store(ctx);
+        let k = |name: &str, src: &str, b: &[Binding]| store.kernel(&ctx.device, name, src, b);
         let dummy = || {
             ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some("dummy"),
@@ -114,19 +104,19 @@ impl Kernels {
         let me = Self {
             binding_limit: ctx.max_binding(),
             ctx: ctx.clone(),
-            tiles: GemmTiles::for_adapter(ctx),
+            tiles: tiles.unwrap_or_else(|| tiles_for(ctx)),
             cpu_shapes: ctx.is_cpu(),
             rms_norm: k(
                 "rms_norm",
-                include_str!("../../shaders/rms_norm.wgsl"),
+                include_str!("../../../shaders/rms_norm.wgsl"),
                 &[R, R, RW, R, RW],
             )?,
-            rope: k("rope", include_str!("../../shaders/rope.wgsl"), &[R, R, RW])?,
-            silu_mul: k("silu_mul", include_str!("../../shaders/silu_mul.wgsl"), &[R, RW])?,
-            argmax: k("argmax", include_str!("../../shaders/argmax.wgsl"), &[R, RW])?,
+            rope: k("rope", include_str!("../../../shaders/rope.wgsl"), &[R, R, RW])?,
+            silu_mul: k("silu_mul", include_str!("../../../shaders/silu_mul.wgsl"), &[R, RW])?,
+            argmax: k("argmax", include_str!("../../../shaders/argmax.wgsl"), &[R, RW])?,
             cache_write: k(
                 "cache_write",
-                include_str!("../../shaders/cache_write.wgsl"),
+                include_str!("../../../shaders/cache_write.wgsl"),
                 &[R, R, RW, RW],
             )?,
             attention: Mutex::default(),
@@ -135,20 +125,19 @@ impl Kernels {
             dummy: dummy(),
             dummy_rw: dummy(),
             bind_cache: BindCache::shared(),
+            store: store.clone(),
         };
-        me.warm()?;
         Ok(me)
     }
 
-    fn warm(&self) -> Result<(), GpuError> {
-        let (a, b) = (self.scratch(4096), self.scratch(4096));
-        let mut enc = StepEncoder::new(&self.ctx);
-        self.rms_norm(&mut enc, Rows::new(&a, 8), &a, None, None, 1e-5, 1, 8, &b)?;
-        self.rope(&mut enc, &b, 8, &a, &a, 1, 1, 1, 8, RopePairing::RotateHalf)?;
-        self.silu_mul(&mut enc, &a, &b, 1, 4)?;
-        self.argmax(&mut enc, &a, 8, 1, &b)?;
-        enc.submit_and_read(&[])?;
-        Ok(())
+    /// Pipelines compiled on this device in this process, and the time it took.
+    pub fn pipeline_stats(&self) -> PipelineStats {
+        self.store.stats()
+    }
+
+    /// Persists newly compiled pipelines (see `PipelineStore::save_if_dirty`).
+    pub fn save_pipelines(&self) {
+        self.store.save_if_dirty();
     }
 
     pub(crate) fn storage_align(&self) -> u64 {
@@ -218,7 +207,7 @@ impl Kernels {
             &[R, R, RW]
         };
         let name = format!("gemm_{:?}_{}x{}", v.format, v.tm, v.tn);
-        let k = Arc::new(Kernel::new(&self.ctx, &name, &gemm::source(v), storage)?);
+        let k = self.store.kernel(&self.ctx.device, &name, &gemm::source(v), storage)?;
         cache.insert(v, k.clone());
         Ok(k)
     }
@@ -229,12 +218,9 @@ impl Kernels {
             return Ok(k.clone());
         }
         let storage: &[Binding] = if f.is_quantized() { &[R, R, R, RW] } else { &[R, R, RW] };
-        let k = Arc::new(Kernel::new(
-            &self.ctx,
-            &format!("embed_{f:?}"),
-            &embed::source(f),
-            storage,
-        )?);
+        let k = self
+            .store
+            .kernel(&self.ctx.device, &format!("embed_{f:?}"), &embed::source(f), storage)?;
         cache.insert(f, k.clone());
         Ok(k)
     }
@@ -307,33 +293,10 @@ impl Kernels {
             return Ok(k.clone());
         }
         let name = format!("paged_attention_{}x{}x{}", v.head_dim, v.w, v.g);
-        let k = Arc::new(Kernel::new(
-            &self.ctx,
-            &name,
-            &attention::source(v),
-            &[R, R, R, R, R, R, RW],
-        )?);
+        let k = self
+            .store
+            .kernel(&self.ctx.device, &name, &attention::source(v), &[R, R, R, R, R, R, RW])?;
         cache.insert(v, k.clone());
         Ok(k)
     }
-}
-
-/// The (cos, sin) table of rotary embedding, (max_pos, head_dim/2) pairs, in f64 then f32.
-pub fn rope_table(max_pos: usize, head_dim: usize, theta: f64) -> Vec<f32> {
-    rope_table_scaled(max_pos, head_dim, theta, None)
-}
-
-/// `rope_table` with a divisor per frequency (Llama 3 scaling).
-pub fn rope_table_scaled(max_pos: usize, head_dim: usize, theta: f64, factors: Option<&[f64]>) -> Vec<f32> {
-    let half = head_dim / 2;
-    let mut t = Vec::with_capacity(max_pos * half * 2);
-    for pos in 0..max_pos {
-        for i in 0..half {
-            let freq = theta.powf(-2.0 * i as f64 / head_dim as f64) / factors.map_or(1.0, |f| f[i]);
-            let a = pos as f64 * freq;
-            t.push(a.cos() as f32);
-            t.push(a.sin() as f32);
-        }
-    }
-    t
 }

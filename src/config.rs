@@ -1,0 +1,162 @@
+//! The engine's settings, on their own so that every layer that reads them
+//! (backend, engine, CLI, server) can import them without importing each other.
+
+use std::path::PathBuf;
+
+/// Settings of an engine (the CLI flags of every subcommand that starts one).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct EngineConfig {
+    /// A .gguf file or a Hugging Face directory.
+    pub model: PathBuf,
+    /// The backend: wgpu, cuda, or auto (cuda when built with it and an NVIDIA device exists).
+    pub device: Device,
+    /// Substring of the wgpu adapter name (`WLLM_ADAPTER` when unset).
+    pub adapter: Option<String>,
+    /// Bytes of the KV pool; default: 512 MiB, within the adapter's binding limit.
+    pub kv_cache_memory: Option<u64>,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// Token budget of one step (the prefill chunk size).
+    pub max_num_batched_tokens: usize,
+    /// Most sequences in one step.
+    pub max_num_seqs: usize,
+    /// Longest prompt + output; default: the model's context, capped by the pool.
+    pub max_model_len: Option<usize>,
+    pub enable_prefix_caching: bool,
+    /// Where compiled GPU pipelines persist between runs (default: the user's cache directory).
+    pub pipeline_cache: PipelineCacheDir,
+    /// Register tiles of the WGSL gemm; `None`: chosen for the adapter.
+    pub gemm_tiles: Option<GemmTiles>,
+    /// cuda: row count from which gemm uses cuBLAS (0 = never); `None`: 32.
+    pub cublas_min_t: Option<u32>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            model: PathBuf::new(),
+            device: Device::Auto,
+            adapter: None,
+            kv_cache_memory: None,
+            block_size: 16,
+            max_num_batched_tokens: 512,
+            max_num_seqs: 64,
+            max_model_len: None,
+            enable_prefix_caching: true,
+            pipeline_cache: PipelineCacheDir::User,
+            gemm_tiles: None,
+            cublas_min_t: None,
+        }
+    }
+}
+
+/// The backend asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Device {
+    /// cuda when built with it and an NVIDIA device exists, else wgpu.
+    #[default]
+    Auto,
+    /// WGSL kernels through wgpu (Vulkan, Metal, DX12, lavapipe).
+    Wgpu,
+    /// CUDA C kernels through the NVIDIA driver (`--features cuda`).
+    Cuda,
+}
+
+impl std::str::FromStr for Device {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "wgpu" | "vulkan" | "metal" | "dx12" => Ok(Self::Wgpu),
+            "cuda" => Ok(Self::Cuda),
+            other => Err(format!("unknown device {other:?}: use wgpu, cuda or auto")),
+        }
+    }
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::Wgpu => "wgpu",
+            Self::Cuda => "cuda",
+        })
+    }
+}
+
+/// Where compiled pipelines persist between runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PipelineCacheDir {
+    /// `$XDG_CACHE_HOME/wllm` (or the platform's cache directory).
+    #[default]
+    User,
+    /// This directory.
+    At(PathBuf),
+    /// Nowhere: compile every run.
+    Off,
+}
+
+/// Register-tile shapes of the WGSL gemm (see shaders/gemm.wgsl).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GemmTiles {
+    /// Output columns per lane of a decode (one-row) tile.
+    pub decode_tn: u32,
+    /// Rows and columns of a float-weight prefill tile.
+    pub prefill_tm: u32,
+    pub prefill_tn: u32,
+    /// Rows of a quantised-weight prefill tile.
+    pub quant_prefill_tm: u32,
+    /// Lanes per workgroup.
+    pub wg: u32,
+}
+
+impl GemmTiles {
+    /// lavapipe: one workgroup runs on one thread as 8 SIMD lanes; big register
+    /// tiles amortise loads (see DESIGN.md, "what a probe found").
+    pub fn cpu() -> Self {
+        Self {
+            decode_tn: 16,
+            prefill_tm: 32,
+            prefill_tn: 16,
+            quant_prefill_tm: 16,
+            wg: 8,
+        }
+    }
+
+    /// GPUs: 64-lane workgroups and small tiles that keep occupancy up.
+    pub fn gpu() -> Self {
+        Self {
+            decode_tn: 4,
+            prefill_tm: 8,
+            prefill_tn: 8,
+            quant_prefill_tm: 8,
+            wg: 64,
+        }
+    }
+}
+
+impl std::str::FromStr for GemmTiles {
+    type Err = String;
+    /// `decode_tn,prefill_tm,prefill_tn,quant_prefill_tm,wg`, each at least 1.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let v: Vec<u32> = s
+            .split(',')
+            .map(|x| x.trim().parse::<u32>().map_err(|e| format!("{x:?}: {e}")))
+            .collect::<Result<_, _>>()?;
+        if v.len() != 5 || v.iter().any(|&x| x == 0 || x > 64) {
+            return Err(format!(
+                "gemm tiles {s:?}: want 5 numbers from 1 to 64: decode_tn,prefill_tm,prefill_tn,quant_prefill_tm,wg"
+            ));
+        }
+        Ok(Self {
+            decode_tn: v[0],
+            prefill_tm: v[1],
+            prefill_tn: v[2],
+            quant_prefill_tm: v[3],
+            wg: v[4],
+        })
+    }
+}
