@@ -30,3 +30,28 @@ fn put8(o: u32, k: u32, v: F8) {
         if (k + i < p.d) { out[o + k + i] = e[i]; }
     }
 }
+{% include "weights.wgsl" %}
+{% import "weights.wgsl" as weights %}
+{{ weights.bindings(format, 2) -}}
+@group(0) @binding({{ 4 if quantized else 3 }}) var<storage, read_write> out: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+let t = gid.y; let c = gid.x;
+if (t >= p.t || c >= p.chunks) { return; }
+let id = min(ids[t], p.vocab - 1u);
+if (id < p.row0 || id >= p.row0 + p.rows) { return; }
+let row = id - p.row0;
+let o = t * p.d;
+{% if quantized %}
+{{ weights.load_block(format, 0, "row * p.chunks + c") -}}
+  {% for sub in range(4) %}
+    {% if format == "Q4_1" %}
+{ let v = {{ weights.dq_sub(format, 0, sub) }}; put8(o, 32u * c + {{ 8 * sub }}u, F8(v.a * d0.x + d0.y, v.b * d0.x + d0.y)); }
+    {% else %}
+{ let v = {{ weights.dq_sub(format, 0, sub) }}; put8(o, 32u * c + {{ 8 * sub }}u, F8(v.a * d0, v.b * d0)); }
+    {% endif %}
+  {% endfor %}
+{% else %}
+put8(o, 8u * c, load_w8(row * p.w_row, c));
+{% endif %}
+}

@@ -34,3 +34,97 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
+{% include "weights.wgsl" %}
+{% import "weights.wgsl" as weights %}
+{% set lanes = ["a.x", "a.y", "a.z", "a.w", "b.x", "b.y", "b.z", "b.w"] %}
+{% if x_vec %}
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
+fn load_x8(r: u32, c: u32) -> F8 { let i = (r >> 2u) + 2u * c; return F8(x[i], x[i + 1u]); }
+{% else %}
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+fn xs(r: u32, k: u32) -> f32 { return select(0.0, x[r + k], k < p.k); }
+fn load_x8(r: u32, c: u32) -> F8 { let k = 8u * c;
+return F8(vec4<f32>(xs(r, k), xs(r, k + 1u), xs(r, k + 2u), xs(r, k + 3u)),
+vec4<f32>(xs(r, k + 4u), xs(r, k + 5u), xs(r, k + 6u), xs(r, k + 7u))); }
+{% endif %}
+{{ weights.bindings(format, 2) -}}
+@group(0) @binding({{ 4 if quantized else 3 }}) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size({{ wg }})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+let n0 = gid.x * {{ tn }}u; let t0 = gid.y * {{ tm }}u;
+if (n0 >= p.n || t0 >= p.t) { return; }
+{% for i in range(tm) %}
+let r{{ i }} = p.x_off + min(t0 + {{ i }}u, p.t - 1u) * p.x_stride;
+{% endfor %}
+{% for j in range(tn) %}
+let c{{ j }} = min(n0 + {{ j }}u, p.n - 1u);
+  {% for i in range(tm) %}
+var a{{ i }}_{{ j }} = 0.0;
+  {% endfor %}
+{% endfor %}
+{% if quantized %}
+{# Quantised: per block b, s = Σ x·q from 0, then acc = fma(d, s, acc) (+ m·Σx for Q4_1). #}
+for (var b = 0u; b < p.chunks; b = b + 1u) {
+  {% for j in range(tn) %}
+{{ weights.load_block(format, j, "c" ~ j ~ " * p.chunks + b") -}}
+    {% for i in range(tm) %}
+var s{{ i }}_{{ j }} = 0.0;
+    {% endfor %}
+  {% endfor %}
+  {% if format == "Q4_1" %}
+    {% for i in range(tm) %}
+var xs{{ i }} = 0.0;
+    {% endfor %}
+  {% endif %}
+  {% for sub in range(4) %}
+{
+    {% for i in range(tm) %}
+let x{{ i }} = load_x8(r{{ i }}, 4u * b + {{ sub }}u);
+      {% if format == "Q4_1" %}
+xs{{ i }} = xs{{ i }} + {% for l in lanes %}x{{ i }}.{{ l }}{{ " + " if not loop.last }}{% endfor %};
+      {% endif %}
+    {% endfor %}
+    {% for j in range(tn) %}
+let w{{ j }} = {{ weights.dq_sub(format, j, sub) }};
+      {% for i in range(tm) %}
+        {% for l in lanes %}
+s{{ i }}_{{ j }} = fma(x{{ i }}.{{ l }}, w{{ j }}.{{ l }}, s{{ i }}_{{ j }});
+        {% endfor %}
+      {% endfor %}
+    {% endfor %}
+}
+  {% endfor %}
+  {% for j in range(tn) %}
+    {% for i in range(tm) %}
+      {% if format == "Q4_1" %}
+a{{ i }}_{{ j }} = fma(d{{ j }}.x, s{{ i }}_{{ j }}, a{{ i }}_{{ j }}); a{{ i }}_{{ j }} = fma(d{{ j }}.y, xs{{ i }}, a{{ i }}_{{ j }});
+      {% else %}
+a{{ i }}_{{ j }} = fma(d{{ j }}, s{{ i }}_{{ j }}, a{{ i }}_{{ j }});
+      {% endif %}
+    {% endfor %}
+  {% endfor %}
+}
+{% else %}
+{# Floats: acc = fma(x_k, w_k, acc) for k in increasing order, 8 at a time. #}
+for (var c = 0u; c < p.chunks; c = c + 1u) {
+  {% for i in range(tm) %}
+let x{{ i }} = load_x8(r{{ i }}, c);
+  {% endfor %}
+  {% for j in range(tn) %}
+let w{{ j }} = load_w8(c{{ j }} * p.w_row, c);
+    {% for i in range(tm) %}
+      {% for l in lanes %}
+a{{ i }}_{{ j }} = fma(x{{ i }}.{{ l }}, w{{ j }}.{{ l }}, a{{ i }}_{{ j }});
+      {% endfor %}
+    {% endfor %}
+  {% endfor %}
+}
+{% endif %}
+{% for i in range(tm) %}
+if (t0 + {{ i }}u < p.t) { let o{{ i }} = p.y_off + (t0 + {{ i }}u) * p.y_stride + n0;
+  {% for j in range(tn) %}
+if (n0 + {{ j }}u < p.n) { y[o{{ i }} + {{ j }}u] = a{{ i }}_{{ j }}; }
+  {% endfor %}
+}
+{% endfor %}
+}

@@ -1,3 +1,6 @@
+const HD: u32 = {{ head_dim }}u;
+const W: u32 = {{ w }}u;
+const G: u32 = {{ g }}u;
 // paged_attention.wgsl — varlen causal attention over the paged KV cache. One
 // launch serves prefill chunks and decodes of many sequences together.
 // The entry point is generated (src/kernels/attention.rs) for a head_dim HD, W lanes
@@ -43,3 +46,76 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> out: array<f32>;
 
 const NEG: f32 = -3.0e38;
+var<workgroup> lane_m: array<f32, W * G>;
+var<workgroup> lane_s: array<f32, W * G>;
+var<workgroup> lane_acc: array<vec4<f32>, W * G * HD / 4u>;
+@compute @workgroup_size(W)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+let h0 = wid.x * G;
+let t = wid.y;
+let l = lid.x;
+let kvh = h0 / (p.heads / p.kv_heads);
+let kv4 = p.kv_heads * HD / 4u;
+let n_keys = positions[t] + 1u;
+let table = token_seq[t] * p.max_blocks;
+{% set d4 = head_dim // 4 %}
+{% for gi in range(g) %}
+let qb{{ gi }} = t * p.q_stride + (h0 + {{ gi }}u) * HD;
+  {% for i in range(d4) %}
+let q{{ gi }}_{{ i }} = vec4<f32>(q[qb{{ gi }} + {{ 4 * i }}u], q[qb{{ gi }} + {{ 4 * i + 1 }}u], q[qb{{ gi }} + {{ 4 * i + 2 }}u], q[qb{{ gi }} + {{ 4 * i + 3 }}u]);
+var a{{ gi }}_{{ i }} = vec4<f32>(0.0);
+  {% endfor %}
+var m{{ gi }} = NEG;
+var s{{ gi }} = 0.0;
+{% endfor %}
+for (var j = l; j < n_keys; j = j + W) {
+let blk = block_tables[table + j / p.block_size];
+let base = (blk * p.block_size + j % p.block_size) * kv4 + kvh * (HD / 4u);
+{% for i in range(d4) %}
+let k{{ i }} = k_cache[base + {{ i }}u];
+{% endfor %}
+{% for gi in range(g) %}
+var dot{{ gi }} = 0.0;
+  {% for i in range(d4) %}
+    {% for c in ["x", "y", "z", "w"] %}
+dot{{ gi }} = fma(q{{ gi }}_{{ i }}.{{ c }}, k{{ i }}.{{ c }}, dot{{ gi }});
+    {% endfor %}
+  {% endfor %}
+let sc{{ gi }} = dot{{ gi }} * p.scale;
+let mn{{ gi }} = max(m{{ gi }}, sc{{ gi }});
+let corr{{ gi }} = exp(m{{ gi }} - mn{{ gi }});
+let e{{ gi }} = exp(sc{{ gi }} - mn{{ gi }});
+s{{ gi }} = fma(s{{ gi }}, corr{{ gi }}, e{{ gi }});
+m{{ gi }} = mn{{ gi }};
+{% endfor %}
+{% for i in range(d4) %}
+let v{{ i }} = v_cache[base + {{ i }}u];
+  {% for gi in range(g) %}
+a{{ gi }}_{{ i }} = fma(a{{ gi }}_{{ i }}, vec4<f32>(corr{{ gi }}), e{{ gi }} * v{{ i }});
+  {% endfor %}
+{% endfor %}
+}
+{% for gi in range(g) %}
+lane_m[l * G + {{ gi }}u] = m{{ gi }};
+lane_s[l * G + {{ gi }}u] = s{{ gi }};
+  {% for i in range(d4) %}
+lane_acc[(l * G + {{ gi }}u) * (HD / 4u) + {{ i }}u] = a{{ gi }}_{{ i }};
+  {% endfor %}
+{% endfor %}
+workgroupBarrier();
+for (var gi = 0u; gi < G; gi = gi + 1u) {
+var mx = NEG;
+for (var i = 0u; i < W; i = i + 1u) { mx = max(mx, lane_m[i * G + gi]); }
+var total = 0.0;
+for (var i = 0u; i < W; i = i + 1u) { total = fma(lane_s[i * G + gi], exp(lane_m[i * G + gi] - mx), total); }
+for (var d = l; d < HD / 4u; d = d + W) {
+var o = vec4<f32>(0.0);
+for (var i = 0u; i < W; i = i + 1u) {
+o = fma(lane_acc[(i * G + gi) * (HD / 4u) + d], vec4<f32>(exp(lane_m[i * G + gi] - mx)), o);
+}
+let ob = t * p.heads * HD + (h0 + gi) * HD + 4u * d;
+let r = o / total;
+out[ob] = r.x; out[ob + 1u] = r.y; out[ob + 2u] = r.z; out[ob + 3u] = r.w;
+}
+}
+}

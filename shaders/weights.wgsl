@@ -46,3 +46,38 @@ fn u4x4(u: u32, sh: u32) -> vec4<f32> {
 fn dq_q4(w0: u32, w1: u32, sh: u32, off: f32) -> F8 {
     return F8(u4x4(w0, sh) - off, u4x4(w1, sh) - off);
 }
+{#
+  Template side of the layouts above, for the kernels that include this file:
+  `bindings` declares w (and scales) at `first` (and first + 1) with `load_w8`
+  for float formats; `load_block` loads quantised block `blk` of column j into
+  q{j} (qa{j}, qb{j} for Q8_0) and its scale into d{j}; `dq_sub` is the F8 of
+  sub-block s (elements 8s..8s+7) of that block.
+#}
+{% macro bindings(format, first) %}
+{% if format == "F32" %}
+@group(0) @binding({{ first }}) var<storage, read> w: array<vec4<f32>>;
+fn load_w8(base: u32, c: u32) -> F8 { return F8(w[base + 2u * c], w[base + 2u * c + 1u]); }
+{% elif format == "F16" or format == "Bf16" %}
+@group(0) @binding({{ first }}) var<storage, read> w: array<vec4<u32>>;
+fn load_w8(base: u32, c: u32) -> F8 { return dq_{{ format | lower }}(w[base + c]); }
+{% else %}
+@group(0) @binding({{ first }}) var<storage, read> w: array<vec4<u32>>;
+@group(0) @binding({{ first + 1 }}) var<storage, read> scales: array<{{ "vec2<f32>" if format == "Q4_1" else "f32" }}>;
+{% endif %}
+{% endmacro %}
+{% macro load_block(format, j, blk) %}
+{% if format == "Q8_0" %}
+let qa{{ j }} = w[2u * ({{ blk }})]; let qb{{ j }} = w[2u * ({{ blk }}) + 1u]; let d{{ j }} = scales[{{ blk }}];
+{% else %}
+let q{{ j }} = w[{{ blk }}]; let d{{ j }} = scales[{{ blk }}];
+{% endif %}
+{% endmacro %}
+{% macro dq_sub(format, j, s) %}
+{% set l = ["x", "y", "z", "w"] %}
+{% if format == "Q8_0" %}
+{% set v = ("qa" if s < 2 else "qb") ~ j %}
+dq_q8({{ v }}.{{ l[2 * s % 4] }}, {{ v }}.{{ l[2 * s % 4 + 1] }})
+{%- else %}
+dq_q4(q{{ j }}.{{ l[2 * s % 4] }}, q{{ j }}.{{ l[2 * s % 4 + 1] }}, {{ 0 if s < 2 else 4 }}u, {{ "8.0" if format == "Q4_0" else "0.0" }})
+{%- endif %}
+{% endmacro %}

@@ -74,5 +74,11 @@ pub fn open(cfg: &EngineConfig) -> Result<(OpenBackend, OpenTimings), GpuError> 
         }
     };
     let seconds = t0.elapsed().as_secs_f64();
-    Ok((b, OpenTimings { seconds, compile_seconds }))
+    Ok((
+        b,
+        OpenTimings {
+            seconds,
+            compile_seconds,
+        },
+    ))
 }

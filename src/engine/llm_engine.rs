@@ -7,12 +7,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::LoadTimings;
 use super::config::{EngineConfig, KvPlan};
 use super::model_runner::{ModelRunner, SeqChunk, StepRunner};
 use super::scheduler::{Scheduler, SchedulerConfig};
 use super::sequence::{FinishReason, SeqId, SeqStatus, Sequence};
 use super::{BlockManager, EngineError};
-use super::LoadTimings;
 use crate::backend::wgsl::Kernels;
 use crate::backend::{Backend, OpenBackend};
 use crate::gpu::GpuContext;

@@ -109,7 +109,9 @@ impl PipelineStore {
         parts.extend(shader_sources.iter().map(|s| s.as_bytes()));
         let key = fnv1a(&parts);
         let path = dir.join(format!("{adapter_key}-{key:016x}.bin"));
-        let data = std::fs::read(&path).ok().and_then(|b| unwrap_file(&b, key).map(<[u8]>::to_vec));
+        let data = std::fs::read(&path)
+            .ok()
+            .and_then(|b| unwrap_file(&b, key).map(<[u8]>::to_vec));
         // SAFETY: `data` is only ever bytes that `PipelineCache::get_data` returned
         // on an adapter with the same wgpu cache key, driver and wllm version: the
         // file's header carries the hash of those and a checksum of the payload,
@@ -212,7 +214,12 @@ fn wrap_file(data: &[u8], key: u64) -> Vec<u8> {
 
 /// The payload of a cache file written by `wrap_file` for `key`, or `None`.
 fn unwrap_file(bytes: &[u8], key: u64) -> Option<&[u8]> {
-    let word = |i: usize| bytes.get(i..i + 8).and_then(|s| s.try_into().ok()).map(u64::from_le_bytes);
+    let word = |i: usize| {
+        bytes
+            .get(i..i + 8)
+            .and_then(|s| s.try_into().ok())
+            .map(u64::from_le_bytes)
+    };
     if bytes.get(..8)? != MAGIC || word(8)? != key {
         return None;
     }

@@ -4,9 +4,9 @@
 //! paged_attention → o gemm → rms_norm(+residual) → gate,up gemms → silu·mul →
 //! down gemm → final rms_norm(+residual) on the sampled rows only → lm_head → argmax.
 
+use super::rope::rope_table_scaled;
 use super::{ModelConfig, ModelError, ModelFiles, RawTensor};
 use crate::backend::{Backend, PagedKv, Rows, WeightInfo};
-use super::rope::rope_table_scaled;
 use crate::quant;
 
 /// One decoder layer's weights.

@@ -6,7 +6,10 @@
 pub mod attention;
 pub mod embed;
 pub mod gemm;
+#[cfg(test)]
+mod legacy;
 mod ops;
+pub mod templates;
 mod weight;
 
 use std::collections::HashMap;
@@ -15,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use wgpu::util::DeviceExt;
 
 pub use gemm::{GemmParams, GemmVariant};
+pub use templates::SHADER_FILES;
 pub use weight::{GpuWeight, WeightWindow};
 
 pub use crate::backend::RopePairing;
@@ -23,29 +27,21 @@ pub use crate::backend::RopePairing;
 pub type Rows<'a> = crate::backend::Rows<'a, wgpu::Buffer>;
 /// The paged KV cache in wgpu buffers.
 pub type PagedKv<'a> = crate::backend::PagedKv<'a, wgpu::Buffer>;
-use crate::gpu::{BindCache, Binding, BufSlice, GpuContext, GpuError, Kernel, PipelineStats, PipelineStore, StepEncoder};
+use crate::gpu::{
+    BindCache, Binding, BufSlice, GpuContext, GpuError, Kernel, PipelineStats, PipelineStore, StepEncoder,
+};
 use crate::quant::WeightFormat;
 
 pub use crate::config::GemmTiles;
 
 /// The tiles for an adapter class: `GemmTiles::cpu()` on software adapters, else `gpu()`.
 pub fn tiles_for(ctx: &GpuContext) -> GemmTiles {
-    if ctx.is_cpu() { GemmTiles::cpu() } else { GemmTiles::gpu() }
+    if ctx.is_cpu() {
+        GemmTiles::cpu()
+    } else {
+        GemmTiles::gpu()
+    }
 }
-
-/// Every WGSL file of the backend, by name: what the kernels are made of (and
-/// what keys the persisted pipeline cache).
-pub const SHADER_FILES: &[(&str, &str)] = &[
-    ("argmax.wgsl", include_str!("../../../shaders/argmax.wgsl")),
-    ("cache_write.wgsl", include_str!("../../../shaders/cache_write.wgsl")),
-    ("embed.wgsl", include_str!("../../../shaders/embed.wgsl")),
-    ("gemm.wgsl", include_str!("../../../shaders/gemm.wgsl")),
-    ("paged_attention.wgsl", include_str!("../../../shaders/paged_attention.wgsl")),
-    ("rms_norm.wgsl", include_str!("../../../shaders/rms_norm.wgsl")),
-    ("rope.wgsl", include_str!("../../../shaders/rope.wgsl")),
-    ("silu_mul.wgsl", include_str!("../../../shaders/silu_mul.wgsl")),
-    ("weights.wgsl", include_str!("../../../shaders/weights.wgsl")),
-];
 
 /// The device's pipeline store, keyed by this backend's shader files.
 pub fn pipeline_store(ctx: &GpuContext) -> Arc<PipelineStore> {
@@ -207,7 +203,7 @@ impl Kernels {
             &[R, R, RW]
         };
         let name = format!("gemm_{:?}_{}x{}", v.format, v.tm, v.tn);
-        let k = self.store.kernel(&self.ctx.device, &name, &gemm::source(v), storage)?;
+        let k = self.store.kernel(&self.ctx.device, &name, &gemm::source(v)?, storage)?;
         cache.insert(v, k.clone());
         Ok(k)
     }
@@ -220,7 +216,7 @@ impl Kernels {
         let storage: &[Binding] = if f.is_quantized() { &[R, R, R, RW] } else { &[R, R, RW] };
         let k = self
             .store
-            .kernel(&self.ctx.device, &format!("embed_{f:?}"), &embed::source(f), storage)?;
+            .kernel(&self.ctx.device, &format!("embed_{f:?}"), &embed::source(f)?, storage)?;
         cache.insert(f, k.clone());
         Ok(k)
     }
@@ -295,7 +291,7 @@ impl Kernels {
         let name = format!("paged_attention_{}x{}x{}", v.head_dim, v.w, v.g);
         let k = self
             .store
-            .kernel(&self.ctx.device, &name, &attention::source(v), &[R, R, R, R, R, R, RW])?;
+            .kernel(&self.ctx.device, &name, &attention::source(v)?, &[R, R, R, R, R, R, RW])?;
         cache.insert(v, k.clone());
         Ok(k)
     }

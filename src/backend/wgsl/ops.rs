@@ -3,10 +3,10 @@
 //! `StepEncoder`: every op is recorded, `finish` submits once; the engine's
 //! steps reuse their bind groups (`Kernels::bind_cache`).
 
+use super::embed::EmbedParams;
 use super::{GpuWeight, Kernels, PagedKv, Rows};
 use crate::backend::{Backend, RopePairing, WeightInfo};
 use crate::gpu::{BufSlice, GpuError, StepEncoder};
-use super::embed::EmbedParams;
 use crate::quant::{Repacked, WeightFormat};
 
 /// Row-wise settings of `rms_norm`.

@@ -1,0 +1,48 @@
+// weights.wgsl — shared helpers for kernels that read weight matrices
+// (`gemm`, `embed`). Included ahead of the generated bindings and entry point.
+//
+// An `F8` is eight consecutive elements along K: `a` = k..k+3, `b` = k+4..k+7.
+// Weight layouts (see src/quant.rs): f32 rows of Kp floats as vec4<f32>;
+// f16/bf16 rows of Kp halves, eight per vec4<u32>; quantised blocks of 32 as
+// the block's stored bytes (Q8_0: two vec4<u32>, Q4_0/Q4_1: one vec4<u32>).
+
+struct F8 {
+    a: vec4<f32>,
+    b: vec4<f32>,
+}
+
+fn dq_f16(q: vec4<u32>) -> F8 {
+    return F8(vec4<f32>(unpack2x16float(q.x), unpack2x16float(q.y)),
+              vec4<f32>(unpack2x16float(q.z), unpack2x16float(q.w)));
+}
+
+fn bf2(u: u32) -> vec2<f32> {
+    return vec2<f32>(bitcast<f32>(u << 16u), bitcast<f32>(u & 0xffff0000u));
+}
+
+fn dq_bf16(q: vec4<u32>) -> F8 {
+    return F8(vec4<f32>(bf2(q.x), bf2(q.y)), vec4<f32>(bf2(q.z), bf2(q.w)));
+}
+
+fn i8x4(u: u32) -> vec4<f32> {
+    let s = bitcast<i32>(u);
+    return vec4<f32>(f32(extractBits(s, 0u, 8u)), f32(extractBits(s, 8u, 8u)),
+                     f32(extractBits(s, 16u, 8u)), f32(extractBits(s, 24u, 8u)));
+}
+
+// Q8_0: elements 8s..8s+7 of a block are bytes of words 2s and 2s+1.
+fn dq_q8(w0: u32, w1: u32) -> F8 {
+    return F8(i8x4(w0), i8x4(w1));
+}
+
+fn u4x4(u: u32, sh: u32) -> vec4<f32> {
+    return vec4<f32>(f32((u >> sh) & 15u), f32((u >> (sh + 8u)) & 15u),
+                     f32((u >> (sh + 16u)) & 15u), f32((u >> (sh + 24u)) & 15u));
+}
+
+// Q4_0 / Q4_1: element j < 16 is the low nibble of byte j, element j + 16 the
+// high nibble. Sub-block s (elements 8s..8s+7) = words (2s mod 4, +1), shift 0
+// for s < 2 and 4 for s >= 2. `off` is 8 for Q4_0 and 0 for Q4_1.
+fn dq_q4(w0: u32, w1: u32, sh: u32, off: f32) -> F8 {
+    return F8(u4x4(w0, sh) - off, u4x4(w1, sh) - off);
+}
