@@ -1,6 +1,8 @@
 // embed.wgsl — out[t, :] = W[ids[t], :] dequantised to f32 (row gather).
 //
-// Bindings (generated per weight format, see src/kernels/embed.rs):
+// A template (rendered by src/backend/wgsl/embed.rs) per weight format.
+//
+// Bindings:
 //   0 p:      Params (uniform)
 //   1 ids:    (T) u32 token ids
 //   2 w:      (vocab, d) weights in the layout of weights.wgsl

@@ -1,6 +1,9 @@
 // gemm.wgsl — Y[T,N] = X[T,K] · W[N,K]ᵀ  (weights as stored: one row per output)
 //
-// Bindings (generated per weight format, see src/kernels/gemm.rs):
+// A template (rendered by src/backend/wgsl/gemm.rs) per weight format, register
+// tile TM x TN, workgroup size WG and x layout; template loops unroll the tile.
+//
+// Bindings:
 //   0 p:      Params (uniform)
 //   1 x:      (T, x_stride) f32, row t at x_off + t*x_stride; vec4<f32> when K % 8 == 0
 //   2 w:      (N, K) weights in the layout of weights.wgsl

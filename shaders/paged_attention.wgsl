@@ -1,10 +1,8 @@
-const HD: u32 = {{ head_dim }}u;
-const W: u32 = {{ w }}u;
-const G: u32 = {{ g }}u;
 // paged_attention.wgsl — varlen causal attention over the paged KV cache. One
 // launch serves prefill chunks and decodes of many sequences together.
-// The entry point is generated (src/kernels/attention.rs) for a head_dim HD, W lanes
-// and G query heads per workgroup, with q and the accumulators in vec4 registers.
+// A template (rendered by src/backend/wgsl/attention.rs) for a head_dim HD, W lanes
+// and G query heads per workgroup, with q and the accumulators in vec4 registers
+// (template loops unroll over head_dim / 4 and G).
 //
 // Bindings:
 //   0 p:            Params (uniform)
@@ -46,6 +44,9 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> out: array<f32>;
 
 const NEG: f32 = -3.0e38;
+const HD: u32 = {{ head_dim }}u;
+const W: u32 = {{ w }}u;
+const G: u32 = {{ g }}u;
 var<workgroup> lane_m: array<f32, W * G>;
 var<workgroup> lane_s: array<f32, W * G>;
 var<workgroup> lane_acc: array<vec4<f32>, W * G * HD / 4u>;

@@ -1,5 +1,6 @@
 // weights.wgsl — shared helpers for kernels that read weight matrices
-// (`gemm`, `embed`). Included ahead of the generated bindings and entry point.
+// (`gemm`, `embed`), included by their templates; the macros at the end are
+// the template side of the same layouts.
 //
 // An `F8` is eight consecutive elements along K: `a` = k..k+3, `b` = k+4..k+7.
 // Weight layouts (see src/quant.rs): f32 rows of Kp floats as vec4<f32>;

@@ -25,6 +25,8 @@ enum Command {
     Generate(cli::generate::GenerateArgs),
     /// Print the model's shape, the adapter and the KV-cache plan.
     Info(cli::info::InfoArgs),
+    /// Write every rendered WGSL kernel variant to a directory (`--dump DIR`).
+    Kernels(cli::kernels::KernelsArgs),
     /// Serve the OpenAI-compatible HTTP API.
     Serve(cli::serve::ServeArgs),
     /// Benchmarks: `bench serve` (concurrency sweep over HTTP), `bench prefix` (prefix cache).
@@ -76,6 +78,7 @@ fn main() {
         Some(Command::Chat(a)) => cli::chat::run(&a),
         Some(Command::Generate(a)) => cli::generate::run(&a),
         Some(Command::Info(a)) => cli::info::run(&a),
+        Some(Command::Kernels(a)) => cli::kernels::run(&a),
         Some(Command::Serve(a)) => cli::serve::run(&a),
         Some(Command::Bench(c)) => cli::bench::run(&c),
     };

@@ -6,6 +6,7 @@ pub mod bench_serve;
 pub mod chat;
 pub mod generate;
 pub mod info;
+pub mod kernels;
 pub mod plot;
 pub mod serve;
 

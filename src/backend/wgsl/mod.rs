@@ -4,10 +4,9 @@
 //! compiled per weight format on first `prepare` (at model load) and warmed there.
 
 pub mod attention;
+mod dump;
 pub mod embed;
 pub mod gemm;
-#[cfg(test)]
-mod legacy;
 mod ops;
 pub mod templates;
 mod weight;
@@ -17,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use wgpu::util::DeviceExt;
 
+pub use dump::RenderedKernel;
 pub use gemm::{GemmParams, GemmVariant};
 pub use templates::SHADER_FILES;
 pub use weight::{GpuWeight, WeightWindow};
@@ -161,7 +161,12 @@ impl Kernels {
     /// small batches (each weight load serves every row of the tile), and the
     /// prefill tile. Every tile gives the same bits (see gemm.wgsl).
     pub fn row_tiles(&self, w: &GpuWeight) -> Vec<u32> {
-        let max = if w.format.is_quantized() {
+        self.row_tiles_of(w.format)
+    }
+
+    /// The row tiles of a weight format (see `row_tiles`).
+    pub fn row_tiles_of(&self, format: WeightFormat) -> Vec<u32> {
+        let max = if format.is_quantized() {
             self.tiles.quant_prefill_tm
         } else {
             self.tiles.prefill_tm

@@ -1,0 +1,77 @@
+//! Every kernel variant this adapter's engine can run, rendered: what
+//! `wllm kernels --dump DIR` writes, so the WGSL that runs can be read.
+
+use super::{Kernels, attention, embed, gemm};
+use crate::gpu::GpuError;
+use crate::quant::WeightFormat;
+
+/// One rendered kernel: a file name and its WGSL.
+#[derive(Clone, Debug)]
+pub struct RenderedKernel {
+    pub file: String,
+    pub source: String,
+}
+
+const FORMATS: [WeightFormat; 6] = [
+    WeightFormat::F32,
+    WeightFormat::F16,
+    WeightFormat::Bf16,
+    WeightFormat::Q8_0,
+    WeightFormat::Q4_0,
+    WeightFormat::Q4_1,
+];
+
+const FIXED: [(&str, &str); 5] = [
+    ("rms_norm", include_str!("../../../shaders/rms_norm.wgsl")),
+    ("rope", include_str!("../../../shaders/rope.wgsl")),
+    ("silu_mul", include_str!("../../../shaders/silu_mul.wgsl")),
+    ("argmax", include_str!("../../../shaders/argmax.wgsl")),
+    ("cache_write", include_str!("../../../shaders/cache_write.wgsl")),
+];
+
+impl Kernels {
+    /// Every variant for a model with this attention shape: the fixed kernels,
+    /// gemm in every format × row tile × x layout, embed in every format, and
+    /// the attention variant chosen for `head_dim` and the GQA group.
+    pub fn rendered_variants(&self, head_dim: u32, heads: u32, kv_heads: u32) -> Result<Vec<RenderedKernel>, GpuError> {
+        let mut out: Vec<RenderedKernel> = FIXED
+            .iter()
+            .map(|(name, src)| RenderedKernel {
+                file: format!("{name}.wgsl"),
+                source: src.to_string(),
+            })
+            .collect();
+        for format in FORMATS {
+            for tm in self.row_tiles_of(format) {
+                for x_vec in [true, false] {
+                    let v = gemm::GemmVariant {
+                        format,
+                        tm,
+                        tn: if tm == 1 {
+                            self.tiles.decode_tn
+                        } else {
+                            self.tiles.prefill_tn
+                        },
+                        wg: self.tiles.wg,
+                        x_vec,
+                    };
+                    let layout = if x_vec { "xvec4" } else { "xscalar" };
+                    out.push(RenderedKernel {
+                        file: format!("gemm_{format:?}_{}x{}_wg{}_{layout}.wgsl", v.tm, v.tn, v.wg),
+                        source: gemm::source(v)?,
+                    });
+                }
+            }
+            out.push(RenderedKernel {
+                file: format!("embed_{format:?}.wgsl"),
+                source: embed::source(format)?,
+            });
+        }
+        let v = self.attention_variant(head_dim, heads / kv_heads.max(1));
+        out.push(RenderedKernel {
+            file: format!("paged_attention_hd{}_w{}_g{}.wgsl", v.head_dim, v.w, v.g),
+            source: attention::source(v)?,
+        });
+        Ok(out)
+    }
+}
