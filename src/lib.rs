@@ -2,14 +2,32 @@
 //! shaders run through wgpu, so one binary serves on any Vulkan, Metal or DX12
 //! GPU (and on lavapipe in CI).
 //!
-//! Embedding it:
-//! ```no_run
-//! use wllm::{Engine, EngineConfig, Prompt, SamplingParams};
-//! let engine = Engine::new(&EngineConfig { model: "models/SmolLM2-135M-Instruct.Q4_1.gguf".into(), ..Default::default() })?;
-//! for out in engine.generate(Prompt::Text("The capital of France is".into()), SamplingParams::greedy())? {
-//!     print!("{}", out?.text);
+//! Embedding it (this example is the README's, and runs as a doc test on the
+//! default model, so it cannot rot):
+//! ```
+//! use std::io::Write;
+//!
+//! use wllm::{ChatMessage, Engine, EngineConfig, Prompt, SamplingParams};
+//!
+//! let engine = Engine::new(&EngineConfig {
+//!     model: "models/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
+//!     ..Default::default()
+//! })?;
+//! let prompt = Prompt::Chat(vec![ChatMessage::new("user", "What is the capital of France?")]);
+//! let params = SamplingParams {
+//!     max_tokens: Some(32),
+//!     ..SamplingParams::greedy()
+//! };
+//! let mut reply = String::new();
+//! for out in engine.generate(prompt, params)? {
+//!     let out = out?;
+//!     print!("{}", out.text);
+//!     std::io::stdout().flush()?; // show each token as it comes
+//!     reply.push_str(&out.text);
 //! }
-//! # Ok::<(), wllm::EngineError>(())
+//! println!();
+//! assert!(reply.contains("Paris"), "{reply}");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 pub mod backend;

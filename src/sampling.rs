@@ -4,11 +4,15 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+/// `SamplingParams::default().max_tokens`.
+pub const DEFAULT_MAX_TOKENS: usize = 16;
+
 /// How a request chooses its tokens and when it stops.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct SamplingParams {
-    /// Most tokens to generate; `None`: up to the context length.
+    /// Most tokens to generate; `None`: up to the context length. Default 16,
+    /// as vLLM's: a forgotten limit ends quickly instead of filling the context.
     pub max_tokens: Option<usize>,
     /// 0 is greedy.
     pub temperature: f32,
@@ -33,7 +37,7 @@ pub struct SamplingParams {
 impl Default for SamplingParams {
     fn default() -> Self {
         Self {
-            max_tokens: None,
+            max_tokens: Some(DEFAULT_MAX_TOKENS),
             temperature: 1.0,
             top_k: 0,
             top_p: 1.0,
