@@ -210,7 +210,7 @@ fn a_client_that_disconnects_frees_its_blocks() {
     let b = s.base.clone();
     s.rt.block_on(async {
         let body =
-            json!({"prompt": "a long story", "max_tokens": 900, "temperature": 0, "ignore_eos": true, "stream": true});
+            json!({"prompt": "a long story", "max_tokens": 1000, "temperature": 0, "ignore_eos": true, "stream": true});
         let mut r = post_stream(&format!("{b}/v1/completions"), &body).await.unwrap();
         assert!(r.next_event().await.unwrap().is_some());
         drop(r);
@@ -228,6 +228,15 @@ fn a_client_that_disconnects_frees_its_blocks() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // It ended because it was aborted, not because it ran out: far fewer than
+    // its 1000 tokens were generated, and it did not finish as a success.
+    let m = s.engine.metrics().unwrap();
+    assert!(
+        m.generation_tokens_total < 500,
+        "{} tokens generated: the request ran on after its client left",
+        m.generation_tokens_total
+    );
+    assert_eq!(m.request_success_total, 0, "the aborted request was counted as finished");
     s.engine.reset_prefix_cache().unwrap();
     let st = s.engine.block_stats().unwrap();
     assert_eq!(st.num_free, st.num_blocks);
