@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::backend_ops::{check_against, reference_ops, run_ops};
+use common::backend_ops::check_against_cpu;
 use common::kernels;
 use wllm::backend::Device;
 use wllm::backend::device::cuda_unavailable;
@@ -12,8 +12,7 @@ use wllm::{EngineConfig, LlmEngine};
 
 #[test]
 fn every_op_through_the_trait_matches_cpu_on_wgpu() {
-    let got = run_ops(kernels());
-    check_against(&got, &reference_ops(), "wgpu");
+    check_against_cpu(kernels(), "wgpu");
 }
 
 #[test]

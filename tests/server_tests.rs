@@ -236,7 +236,10 @@ fn a_client_that_disconnects_frees_its_blocks() {
         "{} tokens generated: the request ran on after its client left",
         m.generation_tokens_total
     );
-    assert_eq!(m.request_success_total, 0, "the aborted request was counted as finished");
+    assert_eq!(
+        m.request_success_total, 0,
+        "the aborted request was counted as finished"
+    );
     s.engine.reset_prefix_cache().unwrap();
     let st = s.engine.block_stats().unwrap();
     assert_eq!(st.num_free, st.num_blocks);

@@ -27,6 +27,8 @@ pub fn run(a: &KernelsArgs) -> anyhow::Result<()> {
     cfg.device = wllm::Device::Wgpu;
     let c = ModelFiles::open(&cfg.model)?.config()?;
     let (backend, _) = wllm::backend::open(&cfg)?;
+    // Without the cuda feature the match has one arm; with it, two.
+    #[allow(clippy::infallible_destructuring_match)]
     let kernels = match backend {
         OpenBackend::Wgpu(k) => k,
         #[cfg(feature = "cuda")]

@@ -1,7 +1,7 @@
 //! Every op of the `Backend` interface on fixed random data with awkward sizes,
-//! run through the trait (so the same cases run on wgpu and on cuda), with a
-//! plain CPU reference for each. `run_ops(b)` gives each case's output;
-//! `reference_ops()` the CPU's, with the tolerance that case allows.
+//! run through the trait (so the same cases run on wgpu and on cuda). Each case
+//! (`OpCase`) holds its run and its plain CPU reference together, with the
+//! tolerance it allows: `check_against_cpu(b)` runs them all.
 
 use wllm::backend::{Backend, PagedKv, RopePairing, Rows};
 use wllm::model::rope::rope_table;
@@ -10,11 +10,38 @@ use wllm::quant::{self, WeightFormat};
 use super::reference::{cpu_attention, cpu_rms_norm, cpu_rope};
 use super::{awkward_k, rand_vec, rand_weight_bytes, rng};
 
-/// One case's output.
+/// Runs a case on a backend and reads its output.
+pub type RunFn<B> = Box<dyn Fn(&B) -> Vec<f32>>;
+
+/// One case: what it runs on a backend and what the CPU says it must give.
+pub struct OpCase<B: Backend> {
+    pub name: String,
+    /// Relative + absolute tolerance against the CPU reference.
+    pub tol: f32,
+    pub run: RunFn<B>,
+    pub reference: Box<dyn Fn() -> Vec<f32>>,
+}
+
+impl<B: Backend> OpCase<B> {
+    fn new(
+        name: String,
+        tol: f32,
+        run: impl Fn(&B) -> Vec<f32> + 'static,
+        reference: impl Fn() -> Vec<f32> + 'static,
+    ) -> Self {
+        Self {
+            name,
+            tol,
+            run: Box::new(run),
+            reference: Box::new(reference),
+        }
+    }
+}
+
+/// One case's output on a backend.
 pub struct OpOutput {
     pub name: String,
     pub values: Vec<f32>,
-    /// Relative + absolute tolerance against the CPU reference.
     pub tol: f32,
 }
 
@@ -49,56 +76,93 @@ fn gemm_input(format: WeightFormat, t: usize) -> (Vec<u8>, Vec<f32>, usize) {
     (w, x, k)
 }
 
-/// Runs every case on `b`.
-pub fn run_ops<B: Backend>(b: &B) -> Vec<OpOutput> {
-    let mut out = Vec::new();
-    let mut push = |name: String, values: Vec<f32>, tol: f32| out.push(OpOutput { name, values, tol });
-    for format in WeightFormat::ALL {
-        for t in GEMM_T {
-            let (wb, x, k) = gemm_input(format, t);
-            let w = b
-                .upload_weight(&quant::repack(format, &wb, GEMM_N, k).unwrap(), "w")
-                .unwrap();
-            b.prepare_gemm(&w).unwrap();
-            let xb = up(b, &x);
-            // Output rows of N + 2 starting at column 1: a fused-row write.
-            let y = zeros(b, t * (GEMM_N + 2) + 1);
-            let mut s = b.begin();
-            let xr = Rows {
-                buf: &xb,
-                off: 3,
-                stride: (k + 5) as u32,
-            };
-            let yr = Rows {
-                buf: &y,
-                off: 1,
-                stride: (GEMM_N + 2) as u32,
-            };
-            b.gemm(&mut s, &w, xr, yr, t as u32).unwrap();
-            let all = read(b, s, &y, t * (GEMM_N + 2) + 1);
-            let v = (0..t)
-                .flat_map(|i| all[1 + i * (GEMM_N + 2)..][..GEMM_N].to_vec())
-                .collect();
-            push(format!("gemm {format:?} t={t}"), v, 2e-4);
-        }
-        let k = awkward_k(format);
-        let mut r = rng(200 + format as u64);
-        let wb = rand_weight_bytes(&mut r, format, EMBED_VOCAB, k);
+fn gemm_case<B: Backend>(format: WeightFormat, t: usize) -> OpCase<B> {
+    let run = move |b: &B| {
+        let (wb, x, k) = gemm_input(format, t);
         let w = b
-            .upload_weight(&quant::repack(format, &wb, EMBED_VOCAB, k).unwrap(), "w")
+            .upload_weight(&quant::repack(format, &wb, GEMM_N, k).unwrap(), "w")
+            .unwrap();
+        b.prepare_gemm(&w).unwrap();
+        let xb = up(b, &x);
+        // Output rows of N + 2 starting at column 1: a fused-row write.
+        let y = zeros(b, t * (GEMM_N + 2) + 1);
+        let mut s = b.begin();
+        let xr = Rows {
+            buf: &xb,
+            off: 3,
+            stride: (k + 5) as u32,
+        };
+        let yr = Rows {
+            buf: &y,
+            off: 1,
+            stride: (GEMM_N + 2) as u32,
+        };
+        b.gemm(&mut s, &w, xr, yr, t as u32).unwrap();
+        let all = read(b, s, &y, t * (GEMM_N + 2) + 1);
+        (0..t)
+            .flat_map(|i| all[1 + i * (GEMM_N + 2)..][..GEMM_N].to_vec())
+            .collect()
+    };
+    let reference = move || {
+        let (wb, x, k) = gemm_input(format, t);
+        let w = quant::dequantize(format, &wb, GEMM_N, k).unwrap();
+        let mut v = Vec::new();
+        for i in 0..t {
+            let xr = &x[3 + i * (k + 5)..][..k];
+            for n in 0..GEMM_N {
+                v.push(
+                    xr.iter()
+                        .zip(&w[n * k..][..k])
+                        .map(|(a, b)| f64::from(a * b))
+                        .sum::<f64>() as f32,
+                );
+            }
+        }
+        v
+    };
+    OpCase::new(format!("gemm {format:?} t={t}"), 2e-4, run, reference)
+}
+
+const EMBED_IDS: [u32; 5] = [5, 0, 66, 5, 31];
+
+fn embed_case<B: Backend>(format: WeightFormat) -> OpCase<B> {
+    let k = awkward_k(format);
+    let weights = move || rand_weight_bytes(&mut rng(200 + format as u64), format, EMBED_VOCAB, k);
+    let run = move |b: &B| {
+        let w = b
+            .upload_weight(&quant::repack(format, &weights(), EMBED_VOCAB, k).unwrap(), "w")
             .unwrap();
         b.prepare_embed(&w).unwrap();
-        let ids = up(b, &[5u32, 0, 66, 5, 31]);
+        let ids = up(b, &EMBED_IDS);
         let o = zeros(b, 5 * k);
         let mut s = b.begin();
         b.embed(&mut s, &w, &ids, 5, &o).unwrap();
-        push(format!("embed {format:?}"), read(b, s, &o, 5 * k), 1e-6);
-    }
-    // rms_norm: plain; with residual (h = r + x, r updated); gathering rows [2, 0].
-    let (t, d) = (3usize, 77usize);
+        read(b, s, &o, 5 * k)
+    };
+    let reference = move || {
+        let w = quant::dequantize(format, &weights(), EMBED_VOCAB, k).unwrap();
+        EMBED_IDS
+            .iter()
+            .flat_map(|&id| w[id as usize * k..][..k].to_vec())
+            .collect()
+    };
+    OpCase::new(format!("embed {format:?}"), 1e-6, run, reference)
+}
+
+const NORM: (usize, usize) = (3, 77); // t, d
+
+fn norm_data() -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (t, d) = NORM;
     let mut r = rng(300);
-    let (x, w, res) = (rand_vec(&mut r, t * d), rand_vec(&mut r, d), rand_vec(&mut r, t * d));
-    for mode in 0..3 {
+    (rand_vec(&mut r, t * d), rand_vec(&mut r, d), rand_vec(&mut r, t * d))
+}
+
+/// rms_norm: mode 0 plain; 1 with residual (h = r + x, r updated); 2 also
+/// gathering rows [2, 0]. With a residual, the residual rows are checked too.
+fn rms_norm_case<B: Backend>(mode: usize) -> OpCase<B> {
+    let (t, d) = NORM;
+    let run = move |b: &B| {
+        let (x, w, res) = norm_data();
         let (xb, wb, rb, rows) = (up(b, &x), up(b, &w), up(b, &res), up(b, &[2u32, 0]));
         let y = zeros(b, t * d);
         let n_out = if mode == 2 { 2 } else { t };
@@ -121,15 +185,39 @@ pub fn run_ops<B: Backend>(b: &B) -> Vec<OpOutput> {
         if mode >= 1 {
             v.extend(read(b, b.begin(), &rb, t * d));
         }
-        push(format!("rms_norm mode {mode}"), v, 1e-5);
-    }
-    // rope over 5 heads of rows of stride 90, both pairings.
+        v
+    };
+    let reference = move || {
+        let (x, w, res) = norm_data();
+        let norm = |h: &[f32]| cpu_rms_norm(h, &w, 1e-5);
+        let summed: Vec<f32> = x.iter().zip(&res).map(|(a, b)| a + b).collect();
+        match mode {
+            0 => x.chunks(d).flat_map(norm).collect(),
+            1 => {
+                let mut v: Vec<f32> = summed.chunks(d).flat_map(norm).collect();
+                v.extend(&summed);
+                v
+            }
+            _ => {
+                // Gathering rows [2, 0] updates only those rows of the residual stream.
+                let mut v: Vec<f32> = [2, 0].iter().flat_map(|&i| norm(&summed[i * d..][..d])).collect();
+                v.extend(&summed[..d]);
+                v.extend(&res[d..2 * d]);
+                v.extend(&summed[2 * d..]);
+                v
+            }
+        }
+    };
+    OpCase::new(format!("rms_norm mode {mode}"), 1e-5, run, reference)
+}
+
+/// rope over 5 heads of rows of stride 90 at positions 0, 7, 63.
+fn rope_case<B: Backend>(pairing: RopePairing) -> OpCase<B> {
     let (t, heads, hd) = ROPE;
-    let mut r = rng(400);
-    let x = rand_vec(&mut r, t * 90);
-    let table = rope_table(64, hd, 10000.0);
-    for pairing in [RopePairing::RotateHalf, RopePairing::Adjacent] {
-        let (xb, pos, tb) = (up(b, &x), up(b, &[0u32, 7, 63]), up(b, &table));
+    let input = move || rand_vec(&mut rng(400), t * 90);
+    let run = move |b: &B| {
+        let table = rope_table(64, hd, 10000.0);
+        let (xb, pos, tb) = (up(b, &input()), up(b, &[0u32, 7, 63]), up(b, &table));
         let mut s = b.begin();
         b.rope(
             &mut s,
@@ -144,29 +232,120 @@ pub fn run_ops<B: Backend>(b: &B) -> Vec<OpOutput> {
             pairing,
         )
         .unwrap();
-        push(format!("rope {pairing:?}"), read(b, s, &xb, t * 90), 1e-5);
-    }
-    // silu_mul
+        read(b, s, &xb, t * 90)
+    };
+    let reference = move || {
+        let mut v = input();
+        for (i, &p) in [0usize, 7, 63].iter().enumerate().take(t) {
+            let adjacent = pairing == RopePairing::Adjacent;
+            cpu_rope(&mut v[i * 90..i * 90 + heads * hd], p, heads, hd, 10000.0, adjacent);
+        }
+        v
+    };
+    OpCase::new(format!("rope {pairing:?}"), 1e-5, run, reference)
+}
+
+fn silu_mul_case<B: Backend>() -> OpCase<B> {
     let (t, inter) = (3usize, 77usize);
-    let gu = rand_vec(&mut rng(500), t * 2 * inter);
-    let (gb, o) = (up(b, &gu), zeros(b, t * inter));
-    let mut s = b.begin();
-    b.silu_mul(&mut s, &gb, &o, t as u32, inter as u32).unwrap();
-    push("silu_mul".into(), read(b, s, &o, t * inter), 1e-5);
-    // argmax: ties keep the lowest index; a NaN never wins.
-    let mut x = rand_vec(&mut rng(600), 3 * 1000);
-    x[17] = 5.0;
-    x[900] = 5.0;
-    x[1000 + 4] = f32::NAN;
-    x[1000 + 999] = 3.0;
-    let (xb, o) = (up(b, &x), zeros(b, 3));
-    let mut s = b.begin();
-    b.argmax(&mut s, &xb, 1000, 3, &o).unwrap();
-    let ids: Vec<u32> = bytemuck::pod_collect_to_vec(&b.finish(s, &[(&o, 12)]).unwrap()[0]);
-    push("argmax".into(), ids.iter().map(|&i| i as f32).collect(), 0.0);
-    let (name, v) = run_attention(b);
-    push(name, v, 1e-4);
-    out
+    let input = move || rand_vec(&mut rng(500), t * 2 * inter);
+    let run = move |b: &B| {
+        let (gb, o) = (up(b, &input()), zeros(b, t * inter));
+        let mut s = b.begin();
+        b.silu_mul(&mut s, &gb, &o, t as u32, inter as u32).unwrap();
+        read(b, s, &o, t * inter)
+    };
+    let reference = move || {
+        let gu = input();
+        (0..t * inter)
+            .map(|e| {
+                let (i, j) = (e / inter, e % inter);
+                let g = gu[i * 2 * inter + j];
+                g / (1.0 + (-g).exp()) * gu[i * 2 * inter + inter + j]
+            })
+            .collect()
+    };
+    OpCase::new("silu_mul".into(), 1e-5, run, reference)
+}
+
+/// argmax: ties keep the lowest index; a NaN never wins.
+fn argmax_case<B: Backend>() -> OpCase<B> {
+    let input = || {
+        let mut x = rand_vec(&mut rng(600), 3 * 1000);
+        x[17] = 5.0;
+        x[900] = 5.0;
+        x[1000 + 4] = f32::NAN;
+        x[1000 + 999] = 3.0;
+        x
+    };
+    let run = move |b: &B| {
+        let (xb, o) = (up(b, &input()), zeros(b, 3));
+        let mut s = b.begin();
+        b.argmax(&mut s, &xb, 1000, 3, &o).unwrap();
+        let ids: Vec<u32> = bytemuck::pod_collect_to_vec(&b.finish(s, &[(&o, 12)]).unwrap()[0]);
+        ids.iter().map(|&i| i as f32).collect()
+    };
+    let reference = move || {
+        input()
+            .chunks(1000)
+            .map(|row| {
+                let mut best = 0;
+                for (i, v) in row.iter().enumerate() {
+                    if !v.is_nan() && (row[best].is_nan() || *v > row[best]) {
+                        best = i;
+                    }
+                }
+                best as f32
+            })
+            .collect()
+    };
+    OpCase::new("argmax".into(), 0.0, run, reference)
+}
+
+/// Every case, each with its run and its reference.
+pub fn op_cases<B: Backend>() -> Vec<OpCase<B>> {
+    let mut cases = Vec::new();
+    for format in WeightFormat::ALL {
+        for t in GEMM_T {
+            cases.push(gemm_case(format, t));
+        }
+        cases.push(embed_case(format));
+    }
+    for mode in 0..3 {
+        cases.push(rms_norm_case(mode));
+    }
+    for pairing in [RopePairing::RotateHalf, RopePairing::Adjacent] {
+        cases.push(rope_case(pairing));
+    }
+    cases.push(silu_mul_case());
+    cases.push(argmax_case());
+    cases.push(OpCase::new(
+        "cache_write + paged_attention".into(),
+        1e-4,
+        run_attention::<B>,
+        reference_attention,
+    ));
+    cases
+}
+
+/// Runs every case on `b`.
+pub fn run_ops<B: Backend>(b: &B) -> Vec<OpOutput> {
+    op_cases::<B>()
+        .into_iter()
+        .map(|c| OpOutput {
+            values: (c.run)(b),
+            name: c.name,
+            tol: c.tol,
+        })
+        .collect()
+}
+
+/// Asserts that every case on `b` is within its tolerance of its CPU reference.
+pub fn check_against_cpu<B: Backend>(b: &B, what: &str) {
+    let cases = op_cases::<B>();
+    assert!(cases.len() >= 30, "only {} cases", cases.len());
+    for c in cases {
+        super::close(&(c.run)(b), &(c.reference)(), c.tol, &format!("{what}: {}", c.name));
+    }
 }
 
 /// The attention case: fused qkv rows, positions, token_seq, slot_mapping,
@@ -198,7 +377,7 @@ fn attention_data() -> AttentionData {
     (qkv, pos, seq, slots, tables, max_blocks)
 }
 
-fn run_attention<B: Backend>(b: &B) -> (String, Vec<f32>) {
+fn run_attention<B: Backend>(b: &B) -> Vec<f32> {
     let (heads, kvh, hd, bs) = ATT;
     let (qkv, pos, seq, slots, tables, max_blocks) = attention_data();
     let width = (heads + 2 * kvh) * hd;
@@ -228,7 +407,7 @@ fn run_attention<B: Backend>(b: &B) -> (String, Vec<f32>) {
     };
     b.paged_attention(&mut s, &qb, width as u32, kv, heads as u32, t as u32, &o)
         .unwrap();
-    ("cache_write + paged_attention".into(), read(b, s, &o, t * heads * hd))
+    read(b, s, &o, t * heads * hd)
 }
 
 /// The CPU's answer for every case of `run_ops`, in the same order.
@@ -343,12 +522,4 @@ fn reference_attention() -> Vec<f32> {
         }
     }
     out
-}
-
-/// Asserts that every output is within its tolerance of `want` (relative + absolute).
-pub fn check_against(got: &[OpOutput], want: &[Vec<f32>], what: &str) {
-    assert_eq!(got.len(), want.len(), "case count");
-    for (g, w) in got.iter().zip(want) {
-        super::close(&g.values, w, g.tol, &format!("{what}: {}", g.name));
-    }
 }
