@@ -13,7 +13,7 @@ use crate::gpu::{GpuContext, GpuError, GpuOptions};
 pub enum OpenBackend {
     /// The WGSL kernels on a wgpu device (shared with other engines opened
     /// with the same adapter options in this process).
-    Wgpu(Kernels),
+    Wgpu(Box<Kernels>),
     #[cfg(feature = "cuda")]
     Cuda(super::cuda::CudaBackend),
 }
@@ -70,7 +70,7 @@ pub fn open(cfg: &EngineConfig) -> Result<(OpenBackend, OpenTimings), GpuError> 
             let before = super::wgsl::pipeline_store(&ctx).stats().compile_seconds;
             let k = Kernels::with_tiles(&ctx, cfg.gemm_tiles)?;
             let compiled = k.pipeline_stats().compile_seconds - before;
-            (OpenBackend::Wgpu(k), compiled)
+            (OpenBackend::Wgpu(Box::new(k)), compiled)
         }
     };
     let seconds = t0.elapsed().as_secs_f64();

@@ -30,7 +30,7 @@ pub fn run(a: &KernelsArgs) -> anyhow::Result<()> {
     // Without the cuda feature the match has one arm; with it, two.
     #[allow(clippy::infallible_destructuring_match)]
     let kernels = match backend {
-        OpenBackend::Wgpu(k) => k,
+        OpenBackend::Wgpu(k) => *k,
         #[cfg(feature = "cuda")]
         OpenBackend::Cuda(_) => {
             bail!("kernels --dump renders the WGSL kernels; the cuda backend's are the .cu files in shaders/cuda/")

@@ -81,7 +81,7 @@ impl LlmEngine {
     pub fn new(cfg: &EngineConfig) -> Result<Self, EngineError> {
         let (backend, opened) = crate::backend::open(cfg)?;
         let mut me = match backend {
-            OpenBackend::Wgpu(k) => Self::with_backend(k, cfg)?,
+            OpenBackend::Wgpu(k) => Self::with_backend(*k, cfg)?,
             #[cfg(feature = "cuda")]
             OpenBackend::Cuda(c) => Self::with_backend(c, cfg)?,
         };
