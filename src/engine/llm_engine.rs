@@ -418,39 +418,14 @@ fn postprocess_token(
     let mut finish = None;
     if (!p.ignore_eos && tokenizer.eos_ids.contains(&tok)) || p.stop_token_ids.contains(&tok) {
         finish = Some(FinishReason::Stop);
-    } else {
-        let old = seq.text.len();
-        seq.text.push_str(&seq.detok.step(tokenizer, &seq.token_ids));
-        let longest = p.stop.iter().map(String::len).max().unwrap_or(0);
-        if longest > 0 {
-            let mut from = old.saturating_sub(longest - 1);
-            while !seq.text.is_char_boundary(from) {
-                from -= 1;
-            }
-            let hit = p.stop.iter().filter_map(|s| seq.text[from..].find(s.as_str())).min();
-            if let Some(pos) = hit {
-                seq.text.truncate(from + pos);
-                finish = Some(FinishReason::Stop);
-            }
-        }
+    } else if seq.stop.push(&seq.detok.step(tokenizer, &seq.token_ids)) {
+        finish = Some(FinishReason::Stop);
     }
     let n_out = seq.num_tokens() - seq.prompt_len;
     if finish.is_none() && (p.max_tokens.is_some_and(|m| n_out >= m) || seq.num_tokens() >= seq.max_total_tokens) {
         finish = Some(FinishReason::Length);
     }
-    // Hold back what could still become the start of a stop string.
-    let hold = if finish.is_some() {
-        0
-    } else {
-        seq.params.stop.iter().map(String::len).max().unwrap_or(1) - 1
-    };
-    let mut end = seq.text.len().saturating_sub(hold).max(seq.emitted);
-    while !seq.text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let end = end.max(seq.emitted);
-    let text = seq.text[seq.emitted..end].to_string();
-    seq.emitted = end;
+    let text = seq.stop.take_delta(finish.is_some());
     if let Some(f) = finish {
         seq.status = SeqStatus::Finished(f);
     }

@@ -10,6 +10,7 @@ mod load_timings;
 pub mod model_runner;
 pub mod scheduler;
 pub mod sequence;
+mod stop_checker;
 
 pub use block_manager::{BlockManager, BlockTable};
 pub use config::{EngineConfig, KvPlan};
@@ -20,3 +21,4 @@ pub use load_timings::LoadTimings;
 pub use model_runner::{ModelRunner, SeqChunk, StepResult, StepRunner};
 pub use scheduler::{Scheduler, SchedulerConfig, SchedulerOutput};
 pub use sequence::{FinishReason, SeqId, SeqStatus, Sequence};
+pub use stop_checker::StopChecker;

@@ -68,10 +68,8 @@ pub struct Sequence {
     pub status: SeqStatus,
     pub rng: StdRng,
     pub detok: IncrementalDecoder,
-    /// Generated text so far (stop strings cut off).
-    pub text: String,
-    /// Bytes of `text` already streamed.
-    pub emitted: usize,
+    /// Generated text so far (stop strings cut off) and what was streamed of it.
+    pub stop: super::StopChecker,
     pub times: SeqTimes,
     pub num_preemptions: usize,
     pub logprobs: Vec<SampledLogprobs>,
@@ -88,12 +86,11 @@ impl Sequence {
             num_cached_tokens: 0,
             block_table: BlockTable::default(),
             rng: params.rng(),
+            stop: super::StopChecker::new(params.stop.clone()),
             params,
             max_total_tokens,
             status: SeqStatus::Waiting,
             detok: IncrementalDecoder::new(prompt_len),
-            text: String::new(),
-            emitted: 0,
             times: SeqTimes {
                 arrival: Instant::now(),
                 scheduled: None,

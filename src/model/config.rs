@@ -2,6 +2,7 @@
 
 use super::ModelError;
 use super::gguf::GgufFile;
+use super::hf_config::{HfArch, HfConfig, RopeScaling};
 use crate::backend::RopePairing;
 
 /// Shape and constants of a Llama-family model.
@@ -81,42 +82,37 @@ impl ModelConfig {
     /// Reads a Hugging Face config.json. A `sliding_window` shorter than the
     /// context caps the context (wllm attends over the whole context).
     pub fn from_hf_json(text: &str) -> Result<Self, ModelError> {
-        let j: serde_json::Value = serde_json::from_str(text)
-            .map_err(|e| ModelError::Config(format!("config.json is not valid JSON: {e}")))?;
-        let model_type = j["model_type"].as_str().unwrap_or("").to_string();
-        if !ARCHS.contains(&model_type.as_str()) {
-            return Err(ModelError::UnsupportedArch(model_type));
+        let bad_json = |e: serde_json::Error| ModelError::Config(format!("config.json: {e}"));
+        let arch: HfArch = serde_json::from_str(text).map_err(bad_json)?;
+        if !ARCHS.contains(&arch.model_type.as_str()) {
+            return Err(ModelError::UnsupportedArch(arch.model_type));
         }
-        let u = |k: &str| -> Result<usize, ModelError> {
-            j[k].as_u64()
-                .map(|v| v as usize)
-                .ok_or_else(|| ModelError::Config(format!("config.json lacks {k}")))
-        };
-        let hidden = u("hidden_size")?;
-        let heads = u("num_attention_heads")?;
-        let head_dim = u("head_dim").unwrap_or(hidden / heads.max(1));
-        let rope_theta = j["rope_theta"].as_f64().unwrap_or(10000.0);
-        let rope_freq_factors = match j.get("rope_scaling") {
-            None | Some(serde_json::Value::Null) => None,
+        let j: HfConfig = serde_json::from_str(text).map_err(bad_json)?;
+        let heads = j.num_attention_heads;
+        let head_dim = j.head_dim.unwrap_or(j.hidden_size / heads.max(1));
+        let rope_theta = j.rope_theta.unwrap_or(10000.0);
+        let rope_freq_factors = match &j.rope_scaling {
+            None => None,
             Some(s) => Some(llama3_factors(s, head_dim, rope_theta)?),
         };
         let cfg = Self {
-            hidden,
-            layers: u("num_hidden_layers")?,
+            hidden: j.hidden_size,
+            layers: j.num_hidden_layers,
             heads,
-            kv_heads: u("num_key_value_heads").unwrap_or(heads),
+            kv_heads: j.num_key_value_heads.unwrap_or(heads),
             head_dim,
-            intermediate: u("intermediate_size")?,
-            vocab: u("vocab_size")?,
-            rms_eps: j["rms_norm_eps"].as_f64().unwrap_or(1e-5) as f32,
+            intermediate: j.intermediate_size,
+            vocab: j.vocab_size,
+            rms_eps: j.rms_norm_eps.unwrap_or(1e-5) as f32,
             rope_theta,
             rope_freq_factors,
             rope_pairing: RopePairing::RotateHalf,
-            max_context: u("max_position_embeddings")
+            max_context: j
+                .max_position_embeddings
                 .unwrap_or(2048)
-                .min(j["sliding_window"].as_u64().map_or(usize::MAX, |w| w as usize)),
-            tie_embeddings: j["tie_word_embeddings"].as_bool().unwrap_or(false),
-            arch: model_type,
+                .min(j.sliding_window.unwrap_or(usize::MAX)),
+            tie_embeddings: j.tie_word_embeddings,
+            arch: j.model_type,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -194,19 +190,18 @@ fn gguf_rope_freqs(g: &GgufFile, head_dim: usize) -> Result<Option<Vec<f64>>, Mo
 }
 
 /// Llama 3 `rope_scaling`: a divisor per rotary frequency.
-fn llama3_factors(s: &serde_json::Value, head_dim: usize, theta: f64) -> Result<Vec<f64>, ModelError> {
-    let kind = s["rope_type"].as_str().or_else(|| s["type"].as_str()).unwrap_or("");
+fn llama3_factors(s: &RopeScaling, head_dim: usize, theta: f64) -> Result<Vec<f64>, ModelError> {
+    let kind = s.rope_type.as_deref().or(s.kind.as_deref()).unwrap_or("");
     if kind != "llama3" {
         return Err(ModelError::Config(format!(
             "rope_scaling type {kind:?} is not supported (only llama3)"
         )));
     }
-    let f = |k: &str, d: f64| s[k].as_f64().unwrap_or(d);
     let (factor, low, high, orig) = (
-        f("factor", 8.0),
-        f("low_freq_factor", 1.0),
-        f("high_freq_factor", 4.0),
-        f("original_max_position_embeddings", 8192.0),
+        s.factor.unwrap_or(8.0),
+        s.low_freq_factor.unwrap_or(1.0),
+        s.high_freq_factor.unwrap_or(4.0),
+        s.original_max_position_embeddings.unwrap_or(8192.0),
     );
     let (low_wl, high_wl) = (orig / low, orig / high);
     Ok((0..head_dim / 2)

@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod gguf;
+pub mod hf_config;
 pub mod llama;
 pub mod rope;
 pub mod safetensors;
