@@ -416,9 +416,10 @@ fn postprocess_token(
     }
     let p = &seq.params;
     let mut finish = None;
-    if (!p.ignore_eos && tokenizer.eos_ids.contains(&tok)) || p.stop_token_ids.contains(&tok) {
-        finish = Some(FinishReason::Stop);
-    } else if seq.stop.push(&seq.detok.step(tokenizer, &seq.token_ids)) {
+    let stop_token = (!p.ignore_eos && tokenizer.eos_ids.contains(&tok)) || p.stop_token_ids.contains(&tok);
+    // A stop token's text is never shown (so never decoded); any other token's
+    // text may complete a stop string.
+    if stop_token || seq.stop.push(&seq.detok.step(tokenizer, &seq.token_ids)) {
         finish = Some(FinishReason::Stop);
     }
     let n_out = seq.num_tokens() - seq.prompt_len;
