@@ -15,6 +15,7 @@ use wllm::client;
 use wllm::metrics::percentile;
 
 use super::EngineArgs;
+use super::plot::Level;
 
 #[derive(Args, Clone, Debug)]
 pub struct BenchServeArgs {
@@ -51,23 +52,6 @@ struct Sample {
     ttft: f64,
     itls: Vec<f64>,
     output_tokens: usize,
-}
-
-/// The figures of one concurrency level.
-#[derive(serde::Serialize, Clone, Debug)]
-pub struct Level {
-    pub concurrency: usize,
-    pub num_requests: usize,
-    pub duration_s: f64,
-    pub output_tokens_per_s: f64,
-    pub requests_per_s: f64,
-    pub ttft_p50_s: f64,
-    pub ttft_p99_s: f64,
-    pub itl_p50_s: f64,
-    pub itl_p99_s: f64,
-    pub peak_gpu_memory_allocated_bytes: Option<f64>,
-    pub peak_gpu_memory_reserved_bytes: Option<f64>,
-    pub peak_rss_bytes: Option<u64>,
 }
 
 async fn one_request(url: String, body: Value) -> anyhow::Result<Sample> {

@@ -2,7 +2,22 @@
 
 use std::fmt::Write;
 
-use super::bench_serve::Level;
+/// The figures of one concurrency level.
+#[derive(serde::Serialize, Clone, Debug)]
+pub struct Level {
+    pub concurrency: usize,
+    pub num_requests: usize,
+    pub duration_s: f64,
+    pub output_tokens_per_s: f64,
+    pub requests_per_s: f64,
+    pub ttft_p50_s: f64,
+    pub ttft_p99_s: f64,
+    pub itl_p50_s: f64,
+    pub itl_p99_s: f64,
+    pub peak_gpu_memory_allocated_bytes: Option<f64>,
+    pub peak_gpu_memory_reserved_bytes: Option<f64>,
+    pub peak_rss_bytes: Option<u64>,
+}
 
 /// Two panels side by side, log-spaced x (concurrency).
 pub fn svg(levels: &[Level], model: &str) -> String {

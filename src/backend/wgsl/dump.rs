@@ -75,3 +75,55 @@ impl Kernels {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::attention::{self, AttentionVariant};
+    use super::super::gemm::GemmVariant;
+    use super::super::{embed, gemm, templates};
+
+    use super::FORMATS;
+
+    /// Parses and validates `src` as naga (wgpu's shader compiler) does.
+    fn validate(what: &str, src: &str) {
+        let module = naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(src)));
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+    }
+
+    // The templates replaced a string generator; before it was removed, a test
+    // rendered all these variants byte-identical to it (commit "Kernels as
+    // templates"). Now every variant must be valid WGSL with the unrolled tile.
+    #[test]
+    fn every_variant_renders_valid_wgsl() {
+        for format in FORMATS {
+            for (tm, tn) in [(1, 4), (1, 16), (4, 8), (8, 8), (16, 16), (32, 16)] {
+                for x_vec in [false, true] {
+                    let v = GemmVariant {
+                        format,
+                        tm,
+                        tn,
+                        wg: 8,
+                        x_vec,
+                    };
+                    let src = gemm::source(v).unwrap();
+                    let last = format!("a{}_{} = ", tm - 1, tn - 1);
+                    assert!(src.contains(&last), "{v:?}: tile not unrolled");
+                    validate(&format!("{v:?}"), &src);
+                }
+            }
+            validate(&format!("embed {format:?}"), &embed::source(format).unwrap());
+        }
+        for (head_dim, w, g) in [(64, 8, 3), (64, 32, 1), (128, 16, 1), (80, 8, 2), (256, 8, 1)] {
+            let v = AttentionVariant { head_dim, w, g };
+            validate(&format!("{v:?}"), &attention::source(v).unwrap());
+        }
+    }
+
+    #[test]
+    fn a_template_error_names_the_template() {
+        let e = templates::render("gemm.wgsl", minijinja::context! { format => "F32" }).unwrap_err();
+        assert!(e.to_string().contains("gemm.wgsl"), "{e}");
+    }
+}
