@@ -134,71 +134,20 @@ impl EngineArgs {
     }
 }
 
-/// Sampling flags shared by generate and chat.
-#[derive(Args, Clone, Debug)]
+/// Sampling flags shared by generate and chat: the library's parameter list
+/// (`SamplingOverrides`, the same fields as the server's request bodies) over
+/// greedy decoding with no token limit.
+#[derive(Args, Clone, Debug, Default)]
 pub struct SamplingArgs {
-    /// Most tokens to generate (default: up to the context).
-    #[arg(long)]
-    pub max_tokens: Option<usize>,
-    /// 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
-    pub temperature: f32,
-    #[arg(long, default_value_t = 1.0)]
-    pub top_p: f32,
-    /// 0 disables.
-    #[arg(long, default_value_t = 0)]
-    pub top_k: usize,
-    #[arg(long, default_value_t = 0.0)]
-    pub min_p: f32,
-    #[arg(long, default_value_t = 1.0)]
-    pub repetition_penalty: f32,
-    #[arg(long, default_value_t = 0.0)]
-    pub presence_penalty: f32,
-    #[arg(long, default_value_t = 0.0)]
-    pub frequency_penalty: f32,
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Stop string (repeatable).
-    #[arg(long)]
-    pub stop: Vec<String>,
-    #[arg(long)]
-    pub ignore_eos: bool,
-}
-
-impl Default for SamplingArgs {
-    fn default() -> Self {
-        Self {
-            max_tokens: None,
-            temperature: 0.0,
-            top_p: 1.0,
-            top_k: 0,
-            min_p: 0.0,
-            repetition_penalty: 1.0,
-            presence_penalty: 0.0,
-            frequency_penalty: 0.0,
-            seed: None,
-            stop: Vec::new(),
-            ignore_eos: false,
-        }
-    }
+    #[command(flatten)]
+    pub sampling: wllm::sampling::SamplingOverrides,
 }
 
 impl SamplingArgs {
     pub fn params(&self) -> wllm::SamplingParams {
-        wllm::SamplingParams {
-            max_tokens: self.max_tokens,
-            temperature: self.temperature,
-            top_k: self.top_k,
-            top_p: self.top_p,
-            min_p: self.min_p,
-            repetition_penalty: self.repetition_penalty,
-            presence_penalty: self.presence_penalty,
-            frequency_penalty: self.frequency_penalty,
-            seed: self.seed,
-            stop: self.stop.clone(),
-            stop_token_ids: Vec::new(),
-            ignore_eos: self.ignore_eos,
-            logprobs: None,
-        }
+        self.sampling.apply(wllm::SamplingParams {
+            max_tokens: None,
+            ..wllm::SamplingParams::greedy()
+        })
     }
 }

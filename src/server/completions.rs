@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use super::error::ApiError;
 use super::protocol::*;
 use super::{AppState, InFlight};
-use crate::sampling::SampledLogprobs;
+use crate::sampling::{DEFAULT_MAX_TOKENS, SampledLogprobs};
 use crate::{ChatMessage, EngineError, FinishReason, Prompt, RequestOutput, RequestStream, SamplingParams};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -39,36 +39,12 @@ fn check_model(s: &AppState, model: &Option<String>) -> Result<(), ApiError> {
     }
 }
 
+/// The request's sampling parameters: OpenAI's defaults (the library's) with
+/// what the body sets, the endpoint's max_tokens and logprobs.
 fn sampling(c: &CommonParams, max_tokens: Option<usize>, logprobs: Option<usize>) -> Result<SamplingParams, ApiError> {
-    let top_k = match c.top_k {
-        None | Some(-1) | Some(0) => 0,
-        Some(k) if k > 0 => k as usize,
-        Some(k) => {
-            return Err(ApiError::bad_request(
-                format!("top_k must be -1 or positive, got {k}"),
-                Some("top_k"),
-            ));
-        }
-    };
-    let p = SamplingParams {
-        max_tokens,
-        temperature: c.temperature.unwrap_or(1.0),
-        top_k,
-        top_p: c.top_p.unwrap_or(1.0),
-        min_p: c.min_p.unwrap_or(0.0),
-        repetition_penalty: c.repetition_penalty.unwrap_or(1.0),
-        presence_penalty: c.presence_penalty.unwrap_or(0.0),
-        frequency_penalty: c.frequency_penalty.unwrap_or(0.0),
-        seed: c.seed,
-        stop: match &c.stop {
-            None => Vec::new(),
-            Some(StopInput::One(s)) => vec![s.clone()],
-            Some(StopInput::Many(v)) => v.clone(),
-        },
-        stop_token_ids: c.stop_token_ids.clone().unwrap_or_default(),
-        ignore_eos: c.ignore_eos.unwrap_or(false),
-        logprobs,
-    };
+    let mut p = c.sampling.apply(SamplingParams::default());
+    p.max_tokens = max_tokens;
+    p.logprobs = logprobs;
     p.validate().map_err(|e| ApiError::bad_request(e.to_string(), None))?;
     Ok(p)
 }
@@ -123,7 +99,11 @@ pub async fn completions(State(s): State<Arc<AppState>>, body: Bytes) -> Result<
     if prompts.is_empty() {
         return Err(ApiError::bad_request("prompt must not be empty", Some("prompt")));
     }
-    let p = sampling(&req.common, Some(req.common.max_tokens.unwrap_or(16)), req.logprobs)?;
+    let p = sampling(
+        &req.common,
+        Some(req.common.sampling.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
+        req.logprobs,
+    )?;
     let n = n_of(&req.common)?;
     let streams = start(&s, prompts, &p, n)?;
     respond(s, guard, Api::Completion, streams, &req.common, req.logprobs.is_some()).await
@@ -172,7 +152,7 @@ pub async fn chat_completions(State(s): State<Arc<AppState>>, body: Bytes) -> Re
     let logprobs = want_logprobs.then(|| req.top_logprobs.unwrap_or(0));
     let p = sampling(
         &req.common,
-        req.max_completion_tokens.or(req.common.max_tokens),
+        req.max_completion_tokens.or(req.common.sampling.max_tokens),
         logprobs,
     )?;
     let n = n_of(&req.common)?;

@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::sampling::SamplingOverrides;
+
 /// `prompt`: a string, a list of strings, token ids, or a list of token-id lists.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(untagged)]
@@ -14,40 +16,22 @@ pub enum PromptInput {
     TokenLists(Vec<Vec<u32>>),
 }
 
-/// `stop`: one string or several.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(untagged)]
-pub enum StopInput {
-    One(String),
-    Many(Vec<String>),
-}
-
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct StreamOptions {
     #[serde(default)]
     pub include_usage: bool,
 }
 
-/// Fields shared by both endpoints.
+/// Fields shared by both endpoints: the sampling parameters (the same list as
+/// `SamplingParams` and the CLI's flags, vLLM's extras included) and these.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct CommonParams {
     pub model: Option<String>,
-    pub max_tokens: Option<usize>,
-    pub temperature: Option<f32>,
-    pub top_p: Option<f32>,
-    /// vLLM: -1 or 0 disables.
-    pub top_k: Option<i64>,
-    pub min_p: Option<f32>,
-    pub presence_penalty: Option<f32>,
-    pub frequency_penalty: Option<f32>,
-    pub repetition_penalty: Option<f32>,
-    pub seed: Option<u64>,
-    pub stop: Option<StopInput>,
-    pub stop_token_ids: Option<Vec<u32>>,
+    #[serde(flatten)]
+    pub sampling: SamplingOverrides,
     pub n: Option<usize>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
-    pub ignore_eos: Option<bool>,
 }
 
 #[derive(Clone, Debug, Deserialize)]

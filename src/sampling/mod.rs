@@ -4,55 +4,9 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-/// `SamplingParams::default().max_tokens`.
-pub const DEFAULT_MAX_TOKENS: usize = 16;
+mod params;
 
-/// How a request chooses its tokens and when it stops.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct SamplingParams {
-    /// Most tokens to generate; `None`: up to the context length. Default 16,
-    /// as vLLM's: a forgotten limit ends quickly instead of filling the context.
-    pub max_tokens: Option<usize>,
-    /// 0 is greedy.
-    pub temperature: f32,
-    /// 0 disables.
-    pub top_k: usize,
-    pub top_p: f32,
-    pub min_p: f32,
-    /// HF-style: >1 discourages every token already in prompt or output.
-    pub repetition_penalty: f32,
-    /// OpenAI-style, on output tokens: minus `presence` once, minus `frequency` per occurrence.
-    pub presence_penalty: f32,
-    pub frequency_penalty: f32,
-    /// Same seed, same tokens, whatever else is in the batch.
-    pub seed: Option<u64>,
-    pub stop: Vec<String>,
-    pub stop_token_ids: Vec<u32>,
-    pub ignore_eos: bool,
-    /// Top-n logprobs per generated token (the chosen token's own logprob is always given when set).
-    pub logprobs: Option<usize>,
-}
-
-impl Default for SamplingParams {
-    fn default() -> Self {
-        Self {
-            max_tokens: Some(DEFAULT_MAX_TOKENS),
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
-            repetition_penalty: 1.0,
-            presence_penalty: 0.0,
-            frequency_penalty: 0.0,
-            seed: None,
-            stop: Vec::new(),
-            stop_token_ids: Vec::new(),
-            ignore_eos: false,
-            logprobs: None,
-        }
-    }
-}
+pub use params::{DEFAULT_MAX_TOKENS, SamplingOverrides, SamplingParams};
 
 /// A parameter out of range.
 #[derive(Debug, thiserror::Error)]
