@@ -2,7 +2,7 @@
 //! cuda when the binary has the `cuda` feature and an NVIDIA device answers,
 //! else wgpu.
 
-use crate::gpu::GpuError;
+use super::BackendError;
 
 pub use crate::config::Device;
 
@@ -12,12 +12,12 @@ pub const CUDA_BUILT: bool = cfg!(feature = "cuda");
 impl Device {
     /// The concrete backend: `Wgpu` or `Cuda`. Explicit `Cuda` fails with the
     /// reason when it cannot run; `Auto` falls back to wgpu.
-    pub fn resolve(self) -> Result<Device, GpuError> {
+    pub fn resolve(self) -> Result<Device, BackendError> {
         match self {
             Self::Wgpu => Ok(Self::Wgpu),
             Self::Cuda => match cuda_unavailable() {
                 None => Ok(Self::Cuda),
-                Some(why) => Err(GpuError::Cuda(why)),
+                Some(why) => Err(BackendError::CudaUnavailable(why)),
             },
             Self::Auto => Ok(if cuda_unavailable().is_none() {
                 Self::Cuda

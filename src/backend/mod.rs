@@ -10,14 +10,16 @@
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;
+mod error;
 mod open;
 pub mod wgsl;
 
 pub use open::{OpenBackend, OpenTimings, gpu_options, open};
 
 pub use device::Device;
+pub use error::BackendError;
 
-use crate::gpu::{GpuError, PipelineStats};
+use crate::gpu::PipelineStats;
 use crate::quant::{Repacked, WeightFormat};
 
 /// Rows of activations in a buffer of f32: element `off + t*stride` starts row `t`.
@@ -97,6 +99,8 @@ pub trait Backend: Send + 'static {
     type Weight: WeightInfo + Send + Sync;
     /// The ops of one step being recorded.
     type Step;
+    /// The backend's own error type.
+    type Error: std::error::Error + Send + Sync + 'static + Into<BackendError>;
 
     /// The device, in words (name, API, driver).
     fn describe(&self) -> String;
@@ -104,22 +108,22 @@ pub trait Backend: Send + 'static {
     fn max_buffer(&self) -> u64;
 
     /// A zeroed buffer of `bytes`.
-    fn zeros(&self, bytes: u64) -> Result<Self::Buffer, GpuError>;
+    fn zeros(&self, bytes: u64) -> Result<Self::Buffer, Self::Error>;
     /// A buffer holding `data`.
-    fn upload(&self, data: &[u8], label: &str) -> Result<Self::Buffer, GpuError>;
+    fn upload(&self, data: &[u8], label: &str) -> Result<Self::Buffer, Self::Error>;
     /// Bytes of a buffer.
     fn buffer_bytes(&self, b: &Self::Buffer) -> u64;
     /// Overwrites the start of `buf` with `data`, ordered before the next step's ops.
-    fn write(&self, buf: &Self::Buffer, data: &[u8]) -> Result<(), GpuError>;
+    fn write(&self, buf: &Self::Buffer, data: &[u8]) -> Result<(), Self::Error>;
     /// Uploads a repacked weight.
-    fn upload_weight(&self, r: &Repacked, label: &str) -> Result<Self::Weight, GpuError>;
+    fn upload_weight(&self, r: &Repacked, label: &str) -> Result<Self::Weight, Self::Error>;
 
     /// Checks (and reserves) what `gemm` over `w` needs; a backend may compile lazily.
-    fn prepare_gemm(&self, w: &Self::Weight) -> Result<(), GpuError>;
+    fn prepare_gemm(&self, w: &Self::Weight) -> Result<(), Self::Error>;
     /// Checks what `embed` over `w` needs.
-    fn prepare_embed(&self, w: &Self::Weight) -> Result<(), GpuError>;
+    fn prepare_embed(&self, w: &Self::Weight) -> Result<(), Self::Error>;
     /// Checks that `paged_attention` supports a head shape.
-    fn prepare_attention(&self, head_dim: u32, heads: u32, kv_heads: u32) -> Result<(), GpuError>;
+    fn prepare_attention(&self, head_dim: u32, heads: u32, kv_heads: u32) -> Result<(), Self::Error>;
 
     /// Pipelines compiled on this device so far (backends that compile ahead report none).
     fn pipeline_stats(&self) -> PipelineStats {
@@ -129,7 +133,7 @@ pub trait Backend: Send + 'static {
     /// Starts recording a step.
     fn begin(&self) -> Self::Step;
     /// Runs (or waits for) the step and returns the first `bytes` of each buffer in `reads`.
-    fn finish(&self, step: Self::Step, reads: &[(&Self::Buffer, u64)]) -> Result<Vec<Vec<u8>>, GpuError>;
+    fn finish(&self, step: Self::Step, reads: &[(&Self::Buffer, u64)]) -> Result<Vec<Vec<u8>>, Self::Error>;
 
     /// Y[t, :N] = X[t, :K] · Wᵀ for `t` rows.
     fn gemm(
@@ -139,7 +143,7 @@ pub trait Backend: Send + 'static {
         x: Rows<Self::Buffer>,
         y: Rows<Self::Buffer>,
         t: u32,
-    ) -> Result<(), GpuError>;
+    ) -> Result<(), Self::Error>;
 
     /// out[t, :] = W[ids[t], :] as f32 for `t` tokens.
     fn embed(
@@ -149,7 +153,7 @@ pub trait Backend: Send + 'static {
         ids: &Self::Buffer,
         t: u32,
         out: &Self::Buffer,
-    ) -> Result<(), GpuError>;
+    ) -> Result<(), Self::Error>;
 
     /// y[i] = h / sqrt(mean(h²) + eps) · w over rows of length `d`, h = x[src(i)];
     /// with `residual` r, h = r[src] + x[src] and h is written back to r; with
@@ -165,7 +169,7 @@ pub trait Backend: Send + 'static {
         t: u32,
         d: u32,
         y: &Self::Buffer,
-    ) -> Result<(), GpuError>;
+    ) -> Result<(), Self::Error>;
 
     /// Rotates, in place, the first `heads` heads of each of `t` rows of `x`
     /// (row stride `stride`) by the (cos, sin) pairs of `table[min(pos, max_pos-1)]`.
@@ -181,7 +185,7 @@ pub trait Backend: Send + 'static {
         heads: u32,
         head_dim: u32,
         pairing: RopePairing,
-    ) -> Result<(), GpuError>;
+    ) -> Result<(), Self::Error>;
 
     /// out[t, i] = silu(gu[t, i]) · gu[t, inter + i].
     fn silu_mul(
@@ -191,7 +195,7 @@ pub trait Backend: Send + 'static {
         out: &Self::Buffer,
         t: u32,
         inter: u32,
-    ) -> Result<(), GpuError>;
+    ) -> Result<(), Self::Error>;
 
     /// Copies K (at `k_off`) and V (at `v_off`) of each of `t` rows of `qkv`,
     /// `kv_width` floats each, to row `slot_mapping[t]` of the caches.
@@ -206,7 +210,7 @@ pub trait Backend: Send + 'static {
         k_cache: &Self::Buffer,
         v_cache: &Self::Buffer,
         t: u32,
-    ) -> Result<(), GpuError>;
+    ) -> Result<(), Self::Error>;
 
     /// Causal attention of `t` query rows (`heads` heads at the start of each
     /// `q_stride`-long row of `q`; `u32::MAX` = heads·head_dim) over the paged
@@ -221,7 +225,7 @@ pub trait Backend: Send + 'static {
         heads: u32,
         t: u32,
         out: &Self::Buffer,
-    ) -> Result<(), GpuError>;
+    ) -> Result<(), Self::Error>;
 
     /// out[r] = the lowest index of the largest value of row r (`rows` rows of `n`; NaN never wins).
     fn argmax(
@@ -231,5 +235,5 @@ pub trait Backend: Send + 'static {
         n: u32,
         rows: u32,
         out: &Self::Buffer,
-    ) -> Result<(), GpuError>;
+    ) -> Result<(), Self::Error>;
 }

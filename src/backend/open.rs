@@ -5,9 +5,10 @@
 
 use std::time::Instant;
 
+use super::BackendError;
 use super::wgsl::Kernels;
 use crate::config::EngineConfig;
-use crate::gpu::{GpuContext, GpuError, GpuOptions};
+use crate::gpu::{GpuContext, GpuOptions};
 
 /// A backend opened for a config, and how long opening took.
 pub enum OpenBackend {
@@ -56,7 +57,7 @@ pub struct OpenTimings {
 }
 
 /// Opens the backend `cfg.device` resolves to.
-pub fn open(cfg: &EngineConfig) -> Result<(OpenBackend, OpenTimings), GpuError> {
+pub fn open(cfg: &EngineConfig) -> Result<(OpenBackend, OpenTimings), BackendError> {
     let t0 = Instant::now();
     let (b, compile_seconds) = match cfg.device.resolve()? {
         #[cfg(feature = "cuda")]

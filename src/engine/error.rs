@@ -10,6 +10,8 @@ pub enum EngineError {
     #[error(transparent)]
     Gpu(#[from] GpuError),
     #[error(transparent)]
+    Backend(#[from] crate::backend::BackendError),
+    #[error(transparent)]
     Model(#[from] ModelError),
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),

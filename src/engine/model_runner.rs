@@ -4,9 +4,10 @@
 //! the logit rows that CPU sampling needs). `StepRunner` hides the backend from
 //! the engine.
 
+use super::{KvCache, StepBuffers};
 use crate::backend::Backend;
-use crate::model::llama::{KvCache, LlamaModel, StepBuffers};
-use crate::model::{ModelConfig, ModelError};
+use crate::model::llama::{Forward, LlamaModel};
+use crate::model::{ModelConfig, ModelError, backend_err};
 
 /// One sequence's share of a step.
 #[derive(Clone, Debug)]
@@ -145,27 +146,47 @@ impl<B: Backend> ModelRunner<B> {
             }
         }
         let ks = &self.kernels;
-        ks.write(&b.input_ids, bytemuck::cast_slice(&ids))?;
-        ks.write(&b.positions, bytemuck::cast_slice(&positions))?;
-        ks.write(&b.token_seq, bytemuck::cast_slice(&token_seq))?;
-        ks.write(&b.slot_mapping, bytemuck::cast_slice(&slots))?;
-        ks.write(&b.block_tables, bytemuck::cast_slice(&tables))?;
+        ks.write(&b.input_ids, bytemuck::cast_slice(&ids))
+            .map_err(backend_err)?;
+        ks.write(&b.positions, bytemuck::cast_slice(&positions))
+            .map_err(backend_err)?;
+        ks.write(&b.token_seq, bytemuck::cast_slice(&token_seq))
+            .map_err(backend_err)?;
+        ks.write(&b.slot_mapping, bytemuck::cast_slice(&slots))
+            .map_err(backend_err)?;
+        ks.write(&b.block_tables, bytemuck::cast_slice(&tables))
+            .map_err(backend_err)?;
         let n_rows = rows.len();
         // A step with no sampling row still runs the LM head on one row (cheap) so
         // that the encoded pass is always the same shape.
         if rows.is_empty() {
             rows.push(t as u32 - 1);
         }
-        ks.write(&b.logits_rows, bytemuck::cast_slice(&rows))?;
+        ks.write(&b.logits_rows, bytemuck::cast_slice(&rows))
+            .map_err(backend_err)?;
+        let forward = Forward {
+            input_ids: &b.input_ids,
+            positions: &b.positions,
+            token_seq: &b.token_seq,
+            slot_mapping: &b.slot_mapping,
+            block_tables: &b.block_tables,
+            max_blocks: b.max_blocks as u32,
+            logits_rows: &b.logits_rows,
+            k_cache: &self.kv.k,
+            v_cache: &self.kv.v,
+            block_size: bs as u32,
+            act: &b.act,
+        };
         let mut enc = ks.begin();
         self.model
-            .encode_forward(ks, &mut enc, &self.kv, b, t as u32, rows.len() as u32)?;
+            .encode_forward(ks, &mut enc, &forward, t as u32, rows.len() as u32)
+            .map_err(backend_err)?;
         let vocab = self.model.cfg.vocab;
-        let mut reads = vec![(&b.sampled, (rows.len() * 4) as u64)];
+        let mut reads = vec![(&b.act.sampled, (rows.len() * 4) as u64)];
         if want_logits && n_rows > 0 {
-            reads.push((&b.logits, (n_rows * vocab * 4) as u64));
+            reads.push((&b.act.logits, (n_rows * vocab * 4) as u64));
         }
-        let mut out = ks.finish(enc, &reads)?;
+        let mut out = ks.finish(enc, &reads).map_err(backend_err)?;
         let logits = (out.len() > 1).then(|| bytemuck::pod_collect_to_vec(&out.remove(1)));
         let mut argmax: Vec<u32> = bytemuck::pod_collect_to_vec(&out.remove(0));
         argmax.truncate(n_rows);

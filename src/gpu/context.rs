@@ -29,8 +29,6 @@ pub enum GpuError {
     Shader { name: String, message: String },
     #[error("{0}")]
     Limit(String),
-    #[error("cuda backend: {0}")]
-    Cuda(String),
 }
 
 impl PipelineCacheDir {

@@ -5,7 +5,7 @@
 //! down gemm → final rms_norm(+residual) on the sampled rows only → lm_head → argmax.
 
 use super::rope::rope_table_scaled;
-use super::{ModelConfig, ModelError, ModelFiles, RawTensor};
+use super::{ModelConfig, ModelError, ModelFiles, RawTensor, backend_err};
 use crate::backend::{Backend, PagedKv, Rows, WeightInfo};
 use crate::quant;
 
@@ -40,19 +40,31 @@ pub struct LlamaModel<B: Backend> {
     pub weight_bytes: u64,
 }
 
-/// The per-step arrays and activations the forward pass reads and writes.
-pub struct StepBuffers<B: Backend> {
-    pub max_tokens: usize,
-    pub max_seqs: usize,
-    pub max_blocks: usize,
-    // input_ids, positions, token_seq, slot_mapping: (max_tokens) u32
-    pub input_ids: B::Buffer,
-    pub positions: B::Buffer,
-    pub token_seq: B::Buffer,
-    pub slot_mapping: B::Buffer,
-    // block_tables: (max_seqs, max_blocks) u32; logits_rows: (max_seqs) u32
-    pub block_tables: B::Buffer,
-    pub logits_rows: B::Buffer,
+/// What one forward pass reads and writes besides the weights: the step's
+/// arrays (token ids, positions, the sequence of each token, KV slots, block
+/// tables, the rows to sample), each layer's paged KV cache, and the activation
+/// buffers. The model runner owns all of them (as nano-vllm's does) and lends
+/// them to the model for a step.
+pub struct Forward<'a, B: Backend> {
+    // input_ids, positions, token_seq, slot_mapping: (t) u32
+    pub input_ids: &'a B::Buffer,
+    pub positions: &'a B::Buffer,
+    pub token_seq: &'a B::Buffer,
+    pub slot_mapping: &'a B::Buffer,
+    // block_tables: (seqs, max_blocks) u32; logits_rows: (n_rows) u32
+    pub block_tables: &'a B::Buffer,
+    pub max_blocks: u32,
+    pub logits_rows: &'a B::Buffer,
+    // k_cache[l], v_cache[l]: (num_blocks * block_size, kv_heads * hd) f32
+    pub k_cache: &'a [B::Buffer],
+    pub v_cache: &'a [B::Buffer],
+    pub block_size: u32,
+    pub act: &'a Activations<B>,
+}
+
+/// The activation buffers of the forward pass, for up to `max_tokens` tokens
+/// and `max_rows` sampled rows: the model's working set, in its layout.
+pub struct Activations<B: Backend> {
     // h (residual), delta, x: (max_tokens, hidden) f32
     pub h: B::Buffer,
     pub delta: B::Buffer,
@@ -63,31 +75,16 @@ pub struct StepBuffers<B: Backend> {
     // gu: (max_tokens, 2 inter); act: (max_tokens, inter)
     pub gu: B::Buffer,
     pub act: B::Buffer,
-    // xf: (max_seqs, hidden); logits: (max_seqs, vocab) f32; sampled: (max_seqs) u32
+    // xf: (max_rows, hidden); logits: (max_rows, vocab) f32; sampled: (max_rows) u32
     pub xf: B::Buffer,
     pub logits: B::Buffer,
     pub sampled: B::Buffer,
 }
 
-impl<B: Backend> StepBuffers<B> {
-    pub fn new(
-        ks: &B,
-        cfg: &ModelConfig,
-        max_tokens: usize,
-        max_seqs: usize,
-        max_blocks: usize,
-    ) -> Result<Self, ModelError> {
+impl<B: Backend> Activations<B> {
+    pub fn new(ks: &B, cfg: &ModelConfig, max_tokens: usize, max_rows: usize) -> Result<Self, B::Error> {
         let f = |n: usize| ks.zeros((n * 4) as u64);
         Ok(Self {
-            max_tokens,
-            max_seqs,
-            max_blocks,
-            input_ids: f(max_tokens)?,
-            positions: f(max_tokens)?,
-            token_seq: f(max_tokens)?,
-            slot_mapping: f(max_tokens)?,
-            block_tables: f(max_seqs * max_blocks)?,
-            logits_rows: f(max_seqs)?,
             h: f(max_tokens * cfg.hidden)?,
             delta: f(max_tokens * cfg.hidden)?,
             x: f(max_tokens * cfg.hidden)?,
@@ -95,21 +92,15 @@ impl<B: Backend> StepBuffers<B> {
             attn: f(max_tokens * cfg.heads * cfg.head_dim)?,
             gu: f(max_tokens * 2 * cfg.intermediate)?,
             act: f(max_tokens * cfg.intermediate)?,
-            xf: f(max_seqs * cfg.hidden)?,
-            logits: f(max_seqs * cfg.vocab)?,
-            sampled: f(max_seqs)?,
+            xf: f(max_rows * cfg.hidden)?,
+            logits: f(max_rows * cfg.vocab)?,
+            sampled: f(max_rows)?,
         })
     }
 
-    /// Bytes of all step buffers.
+    /// Bytes of all activation buffers.
     pub fn bytes(&self, ks: &B) -> u64 {
         [
-            &self.input_ids,
-            &self.positions,
-            &self.token_seq,
-            &self.slot_mapping,
-            &self.block_tables,
-            &self.logits_rows,
             &self.h,
             &self.delta,
             &self.x,
@@ -124,38 +115,6 @@ impl<B: Backend> StepBuffers<B> {
         .iter()
         .map(|b| ks.buffer_bytes(b))
         .sum()
-    }
-}
-
-/// The paged KV cache: one K and one V buffer per layer.
-pub struct KvCache<B: Backend> {
-    // k, v: per layer (num_blocks * block_size, kv_heads * hd) f32
-    pub k: Vec<B::Buffer>,
-    pub v: Vec<B::Buffer>,
-    pub num_blocks: usize,
-    pub block_size: usize,
-    /// Bytes of all K and V buffers.
-    pub bytes: u64,
-}
-
-impl<B: Backend> KvCache<B> {
-    pub fn new(ks: &B, cfg: &ModelConfig, num_blocks: usize, block_size: usize) -> Result<Self, ModelError> {
-        let per_layer = (num_blocks * block_size * cfg.kv_heads * cfg.head_dim * 4) as u64;
-        if per_layer > ks.max_buffer() {
-            return Err(ModelError::Config(format!(
-                "a KV pool of {num_blocks} blocks needs {per_layer} bytes per layer, over the adapter's binding \
-                 limit of {} bytes: lower --kv-cache-memory",
-                ks.max_buffer()
-            )));
-        }
-        let mk = |_| ks.zeros(per_layer);
-        Ok(Self {
-            k: (0..cfg.layers).map(mk).collect::<Result<_, _>>()?,
-            v: (0..cfg.layers).map(mk).collect::<Result<_, _>>()?,
-            num_blocks,
-            block_size,
-            bytes: 2 * cfg.layers as u64 * per_layer,
-        })
     }
 }
 
@@ -180,14 +139,14 @@ fn load_matrix<B: Backend>(
     let t = files.tensor(name)?;
     check_shape(&t, rows, cols)?;
     let r = quant::repack(t.format, t.bytes, rows, cols)?;
-    Ok(ks.upload_weight(&r, name)?)
+    ks.upload_weight(&r, name).map_err(backend_err)
 }
 
 fn load_vector<B: Backend>(ks: &B, files: &ModelFiles, name: &str, len: usize) -> Result<B::Buffer, ModelError> {
     let t = files.tensor(name)?;
     check_shape(&t, 1, len)?;
     let v = quant::dequantize(t.format, t.bytes, 1, len)?;
-    Ok(ks.upload(bytemuck::cast_slice(&v), name)?)
+    ks.upload(bytemuck::cast_slice(&v), name).map_err(backend_err)
 }
 
 impl<B: Backend> LlamaModel<B> {
@@ -217,7 +176,9 @@ impl<B: Backend> LlamaModel<B> {
             None
         };
         let table = rope_table_scaled(cfg.max_context, hd, cfg.rope_theta, cfg.rope_freq_factors.as_deref());
-        let rope = ks.upload(bytemuck::cast_slice(&table), "rope table")?;
+        let rope = ks
+            .upload(bytemuck::cast_slice(&table), "rope table")
+            .map_err(backend_err)?;
         let mut weight_bytes = embed.device_bytes() + lm_head.as_ref().map_or(0, |w| w.device_bytes());
         for l in &layers {
             let ws: [&B::Weight; 7] = [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down];
@@ -241,18 +202,18 @@ impl<B: Backend> LlamaModel<B> {
 
     /// Compiles and warms every pipeline the forward pass uses.
     fn prepare(&self, ks: &B) -> Result<(), ModelError> {
-        ks.prepare_embed(&self.embed)?;
+        ks.prepare_embed(&self.embed).map_err(backend_err)?;
         let mut seen = std::collections::HashSet::new();
         let l0 = &self.layers[0];
         for w in [&l0.q, &l0.k, &l0.v, &l0.o, &l0.gate, &l0.up, &l0.down, self.lm_head()] {
             if seen.insert((w.format(), w.cols().is_multiple_of(8))) {
-                ks.prepare_gemm(w)?;
+                ks.prepare_gemm(w).map_err(backend_err)?;
             }
         }
         for l in &self.layers {
             for w in [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down] {
                 if seen.insert((w.format(), w.cols().is_multiple_of(8))) {
-                    ks.prepare_gemm(w)?;
+                    ks.prepare_gemm(w).map_err(backend_err)?;
                 }
             }
         }
@@ -260,7 +221,8 @@ impl<B: Backend> LlamaModel<B> {
             self.cfg.head_dim as u32,
             self.cfg.heads as u32,
             self.cfg.kv_heads as u32,
-        )?;
+        )
+        .map_err(backend_err)?;
         Ok(())
     }
 
@@ -268,23 +230,23 @@ impl<B: Backend> LlamaModel<B> {
         self.lm_head.as_ref().unwrap_or(&self.embed)
     }
 
-    /// Encodes the forward pass of `t` tokens whose step arrays are already in `b`,
-    /// ending with logits for the `n_rows` rows listed in `b.logits_rows` and
-    /// their argmax in `b.sampled`.
+    /// Encodes the forward pass of `t` tokens whose step arrays are already in
+    /// `f`, ending with logits for the `n_rows` rows listed in `f.logits_rows`
+    /// and their argmax in `f.act.sampled`.
     pub fn encode_forward(
         &self,
         ks: &B,
         enc: &mut B::Step,
-        kv: &KvCache<B>,
-        b: &StepBuffers<B>,
+        f: &Forward<B>,
         t: u32,
         n_rows: u32,
-    ) -> Result<(), ModelError> {
+    ) -> Result<(), B::Error> {
+        let b = f.act;
         let c = &self.cfg;
         let (hd, hq, hk) = (c.head_dim as u32, c.heads as u32, c.kv_heads as u32);
         let (hidden, inter, qkv_w) = (c.hidden as u32, c.intermediate as u32, c.qkv_width() as u32);
         let eps = c.rms_eps;
-        ks.embed(enc, &self.embed, &b.input_ids, t, &b.h)?;
+        ks.embed(enc, &self.embed, f.input_ids, t, &b.h)?;
         for (l, layer) in self.layers.iter().enumerate() {
             // Layer 0 normalises the embeddings; later layers first add the last
             // MLP output (in delta) to the residual stream h.
@@ -313,7 +275,7 @@ impl<B: Backend> LlamaModel<B> {
                 enc,
                 &b.qkv,
                 qkv_w,
-                &b.positions,
+                f.positions,
                 &self.rope,
                 c.max_context as u32,
                 t,
@@ -327,21 +289,21 @@ impl<B: Backend> LlamaModel<B> {
                 hq * hd,
                 (hq + hk) * hd,
                 hk * hd,
-                &b.slot_mapping,
-                &kv.k[l],
-                &kv.v[l],
+                f.slot_mapping,
+                &f.k_cache[l],
+                &f.v_cache[l],
                 t,
             )?;
             let paged = PagedKv {
-                k_cache: &kv.k[l],
-                v_cache: &kv.v[l],
+                k_cache: &f.k_cache[l],
+                v_cache: &f.v_cache[l],
                 kv_heads: hk,
                 head_dim: hd,
-                block_size: kv.block_size as u32,
-                positions: &b.positions,
-                token_seq: &b.token_seq,
-                block_tables: &b.block_tables,
-                max_blocks: b.max_blocks as u32,
+                block_size: f.block_size,
+                positions: f.positions,
+                token_seq: f.token_seq,
+                block_tables: f.block_tables,
+                max_blocks: f.max_blocks,
             };
             ks.paged_attention(enc, &b.qkv, qkv_w, paged, hq, t, &b.attn)?;
             ks.gemm(
@@ -383,7 +345,7 @@ impl<B: Backend> LlamaModel<B> {
             Rows::new(&b.delta, c.hidden),
             &self.final_norm,
             Some(&b.h),
-            Some(&b.logits_rows),
+            Some(f.logits_rows),
             eps,
             n_rows,
             hidden,

@@ -43,4 +43,11 @@ pub enum ModelError {
     Format(#[from] crate::quant::FormatError),
     #[error(transparent)]
     Gpu(#[from] crate::gpu::GpuError),
+    #[error(transparent)]
+    Backend(#[from] crate::backend::BackendError),
+}
+
+/// A backend's own error as a `ModelError` (`.map_err(backend_err)`).
+pub fn backend_err<E: Into<crate::backend::BackendError>>(e: E) -> ModelError {
+    ModelError::Backend(e.into())
 }

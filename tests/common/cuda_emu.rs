@@ -7,8 +7,8 @@
 use std::alloc::Layout;
 use std::sync::OnceLock;
 
+use wllm::backend::cuda::CudaError;
 use wllm::backend::cuda::{Arg, DeviceMem, Executor, program};
-use wllm::gpu::GpuError;
 
 type LaunchFn = unsafe extern "C" fn(*const i8, u32, u32, u32, u32, *const u64, *const u8, u32) -> i32;
 type SgemmFn = unsafe extern "C" fn(u32, u32, u32, *const f32, u32, *const f32, u32, *mut f32, u32);
@@ -102,12 +102,13 @@ impl Executor for EmuHandle {
         1 << 34
     }
 
-    fn alloc(&self, bytes: u64) -> Result<DeviceMem, GpuError> {
-        let layout = Layout::from_size_align(bytes.max(16) as usize, 256).map_err(|e| GpuError::Cuda(e.to_string()))?;
+    fn alloc(&self, bytes: u64) -> Result<DeviceMem, CudaError> {
+        let layout =
+            Layout::from_size_align(bytes.max(16) as usize, 256).map_err(|e| CudaError::Driver(e.to_string()))?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         if ptr.is_null() {
-            return Err(GpuError::Cuda(format!("out of host memory for {bytes} bytes")));
+            return Err(CudaError::Driver(format!("out of host memory for {bytes} bytes")));
         }
         Ok(DeviceMem {
             ptr: ptr as u64,
@@ -116,20 +117,20 @@ impl Executor for EmuHandle {
         })
     }
 
-    fn write(&self, dst: u64, data: &[u8]) -> Result<(), GpuError> {
+    fn write(&self, dst: u64, data: &[u8]) -> Result<(), CudaError> {
         // SAFETY: the backend passes addresses of its own allocations with room
         // for `data` (it checks lengths before calling).
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst as *mut u8, data.len()) };
         Ok(())
     }
 
-    fn read(&self, src: u64, out: &mut [u8]) -> Result<(), GpuError> {
+    fn read(&self, src: u64, out: &mut [u8]) -> Result<(), CudaError> {
         // SAFETY: as in `write`.
         unsafe { std::ptr::copy_nonoverlapping(src as *const u8, out.as_mut_ptr(), out.len()) };
         Ok(())
     }
 
-    fn launch(&self, name: &str, grid: (u32, u32, u32), block: u32, args: &[Arg]) -> Result<(), GpuError> {
+    fn launch(&self, name: &str, grid: (u32, u32, u32), block: u32, args: &[Arg]) -> Result<(), CudaError> {
         let (vals, tags): (Vec<u64>, Vec<u8>) = args
             .iter()
             .map(|a| match *a {
@@ -138,7 +139,7 @@ impl Executor for EmuHandle {
                 Arg::F32(v) => (u64::from(v.to_bits()), 2),
             })
             .unzip();
-        let cname = std::ffi::CString::new(name).map_err(|e| GpuError::Cuda(e.to_string()))?;
+        let cname = std::ffi::CString::new(name).map_err(|e| CudaError::Driver(e.to_string()))?;
         let _one_at_a_time = self.0.lock.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: emu_launch checks the name, the argument count and each
         // argument's kind against the kernel's signature before running it; the
@@ -157,15 +158,18 @@ impl Executor for EmuHandle {
         };
         match rc {
             0 => Ok(()),
-            -1 => Err(GpuError::Cuda(format!("no kernel {name}"))),
-            -2 => Err(GpuError::Cuda(format!("{name}: wrong argument count {}", args.len()))),
-            -3 => Err(GpuError::Cuda(format!(
+            -1 => Err(CudaError::Driver(format!("no kernel {name}"))),
+            -2 => Err(CudaError::Driver(format!(
+                "{name}: wrong argument count {}",
+                args.len()
+            ))),
+            -3 => Err(CudaError::Driver(format!(
                 "{name}: an argument has the wrong kind: {args:?}"
             ))),
-            -5 => Err(GpuError::Cuda(format!(
+            -5 => Err(CudaError::Driver(format!(
                 "{name}: threads wait at different barriers (deadlock)"
             ))),
-            _ => Err(GpuError::Cuda(format!("{name}: bad block size {block}"))),
+            _ => Err(CudaError::Driver(format!("{name}: bad block size {block}"))),
         }
     }
 
@@ -180,14 +184,14 @@ impl Executor for EmuHandle {
         ldb: u32,
         c: u64,
         ldc: u32,
-    ) -> Result<(), GpuError> {
+    ) -> Result<(), CudaError> {
         // SAFETY: the backend passes matrices of its own allocations with the
         // stated shapes and leading dimensions.
         unsafe { (self.0.sgemm)(m, n, k, a as *const f32, lda, b as *const f32, ldb, c as *mut f32, ldc) };
         Ok(())
     }
 
-    fn synchronize(&self) -> Result<(), GpuError> {
+    fn synchronize(&self) -> Result<(), CudaError> {
         Ok(())
     }
 }

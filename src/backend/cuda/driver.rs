@@ -8,12 +8,12 @@ use cudarc::cublas::CudaBlas;
 use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 
+use super::CudaError;
 use super::exec::{Arg, DeviceMem, Executor};
 use super::program;
-use crate::gpu::GpuError;
 
-pub(super) fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> GpuError + '_ {
-    move |e| GpuError::Cuda(format!("{what}: {e}"))
+pub(super) fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> CudaError + '_ {
+    move |e| CudaError::Driver(format!("{what}: {e}"))
 }
 
 /// One NVIDIA device.
@@ -29,20 +29,20 @@ pub struct DriverExecutor {
 
 impl DriverExecutor {
     /// Opens device `ordinal`, compiles the kernels with NVRTC and loads them.
-    pub fn new(ordinal: usize) -> Result<Self, GpuError> {
+    pub fn new(ordinal: usize) -> Result<Self, CudaError> {
         let ctx = CudaContext::new(ordinal).map_err(cuda_err("opening the device"))?;
         let stream = ctx.default_stream();
         let name = ctx.name().map_err(cuda_err("device name"))?;
         let capability = ctx.compute_capability().map_err(cuda_err("compute capability"))?;
         let total_mem = ctx.total_mem().map_err(cuda_err("device memory"))? as u64;
-        let ptx = program::compile(capability.0, capability.1).map_err(GpuError::Cuda)?;
+        let ptx = program::compile(capability.0, capability.1).map_err(CudaError::Driver)?;
         let module = ctx.load_module(ptx).map_err(cuda_err("loading the compiled kernels"))?;
         let mut funcs = HashMap::new();
         for f in program::entry_points() {
             let func = module.load_function(&f).map_err(cuda_err(&f))?;
             funcs.insert(f, func);
         }
-        let blas = CudaBlas::new(stream.clone()).map_err(|e| GpuError::Cuda(format!("starting cuBLAS: {e}")))?;
+        let blas = CudaBlas::new(stream.clone()).map_err(|e| CudaError::Driver(format!("starting cuBLAS: {e}")))?;
         Ok(Self {
             ctx,
             stream,
@@ -56,7 +56,7 @@ impl DriverExecutor {
 
     /// Makes the context current on the calling thread (the engine runs on its
     /// own thread; raw driver and cuBLAS calls need it).
-    fn bind(&self) -> Result<(), GpuError> {
+    fn bind(&self) -> Result<(), CudaError> {
         self.ctx.bind_to_thread().map_err(cuda_err("binding the context"))
     }
 }
@@ -76,7 +76,7 @@ impl Executor for DriverExecutor {
         self.total_mem
     }
 
-    fn alloc(&self, bytes: u64) -> Result<DeviceMem, GpuError> {
+    fn alloc(&self, bytes: u64) -> Result<DeviceMem, CudaError> {
         let mem = self
             .stream
             .alloc_zeros::<u8>(bytes as usize)
@@ -92,7 +92,7 @@ impl Executor for DriverExecutor {
         })
     }
 
-    fn write(&self, dst: u64, data: &[u8]) -> Result<(), GpuError> {
+    fn write(&self, dst: u64, data: &[u8]) -> Result<(), CudaError> {
         self.bind()?;
         // SAFETY: the caller guarantees `dst` addresses at least `data.len()` bytes of
         // live device memory; the copy is ordered on the stream before later
@@ -101,7 +101,7 @@ impl Executor for DriverExecutor {
             .map_err(cuda_err("copying to the device"))
     }
 
-    fn read(&self, src: u64, out: &mut [u8]) -> Result<(), GpuError> {
+    fn read(&self, src: u64, out: &mut [u8]) -> Result<(), CudaError> {
         self.bind()?;
         // SAFETY: the caller guarantees `src` addresses at least `out.len()` bytes of
         // live device memory; the copy follows every launch on the stream and is
@@ -110,11 +110,11 @@ impl Executor for DriverExecutor {
             .map_err(cuda_err("reading back"))
     }
 
-    fn launch(&self, name: &str, grid: (u32, u32, u32), block: u32, args: &[Arg]) -> Result<(), GpuError> {
+    fn launch(&self, name: &str, grid: (u32, u32, u32), block: u32, args: &[Arg]) -> Result<(), CudaError> {
         let f = self
             .funcs
             .get(name)
-            .ok_or_else(|| GpuError::Cuda(format!("kernel {name} is missing from the program")))?;
+            .ok_or_else(|| CudaError::Driver(format!("kernel {name} is missing from the program")))?;
         let mut b = self.stream.launch_builder(f);
         for a in args {
             match a {
@@ -148,7 +148,7 @@ impl Executor for DriverExecutor {
         ldb: u32,
         c: u64,
         ldc: u32,
-    ) -> Result<(), GpuError> {
+    ) -> Result<(), CudaError> {
         self.bind()?;
         let (alpha, beta) = (1.0f32, 0.0f32);
         // SAFETY: the caller guarantees a, b, c address live f32 matrices of the
@@ -172,10 +172,10 @@ impl Executor for DriverExecutor {
                 ldc as i32,
             )
         }
-        .map_err(|e| GpuError::Cuda(format!("cuBLAS sgemm: {e}")))
+        .map_err(|e| CudaError::Driver(format!("cuBLAS sgemm: {e}")))
     }
 
-    fn synchronize(&self) -> Result<(), GpuError> {
+    fn synchronize(&self) -> Result<(), CudaError> {
         self.stream.synchronize().map_err(cuda_err("running the step"))
     }
 }

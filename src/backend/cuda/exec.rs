@@ -3,7 +3,7 @@
 //! (driver.rs) is the NVIDIA device; the tests also run the very same op layer
 //! and CUDA C on a CPU emulation of the CUDA execution model.
 
-use crate::gpu::GpuError;
+use super::CudaError;
 
 /// A kernel argument: a device address, a u32 or an f32.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -28,13 +28,13 @@ pub trait Executor: Send + Sync + 'static {
     /// Bytes of device memory.
     fn total_mem(&self) -> u64;
     /// `bytes` of zeroed device memory (address aligned to 256).
-    fn alloc(&self, bytes: u64) -> Result<DeviceMem, GpuError>;
+    fn alloc(&self, bytes: u64) -> Result<DeviceMem, CudaError>;
     /// Copies `data` to device address `dst` (valid for `data.len()` bytes).
-    fn write(&self, dst: u64, data: &[u8]) -> Result<(), GpuError>;
+    fn write(&self, dst: u64, data: &[u8]) -> Result<(), CudaError>;
     /// Copies `out.len()` bytes from device address `src` after all earlier work.
-    fn read(&self, src: u64, out: &mut [u8]) -> Result<(), GpuError>;
+    fn read(&self, src: u64, out: &mut [u8]) -> Result<(), CudaError>;
     /// Launches entry point `name` with `block` threads per block.
-    fn launch(&self, name: &str, grid: (u32, u32, u32), block: u32, args: &[Arg]) -> Result<(), GpuError>;
+    fn launch(&self, name: &str, grid: (u32, u32, u32), block: u32, args: &[Arg]) -> Result<(), CudaError>;
     /// Column-major C (m x n, ldc) = Aᵀ · B, A (k x m, lda), B (k x n, ldb), all f32.
     #[allow(clippy::too_many_arguments)]
     fn sgemm_tn(
@@ -48,7 +48,7 @@ pub trait Executor: Send + Sync + 'static {
         ldb: u32,
         c: u64,
         ldc: u32,
-    ) -> Result<(), GpuError>;
+    ) -> Result<(), CudaError>;
     /// Waits for all work.
-    fn synchronize(&self) -> Result<(), GpuError>;
+    fn synchronize(&self) -> Result<(), CudaError>;
 }

@@ -2,11 +2,11 @@
 //! (decodes), cuBLAS SGEMM from `cublas_min_t` rows (prefill), on the weight
 //! itself (f32) or on an f32 copy dequantised just before (other formats).
 
+use super::CudaError;
 use super::exec::Arg::{Ptr, U32};
 use super::program::format_suffix;
 use super::{CudaBackend, CudaBuffer, CudaWeight};
 use crate::backend::Rows;
-use crate::gpu::GpuError;
 use crate::quant::WeightFormat;
 
 /// Rows per block of `gemm.cu` (GEMM_TM) and output columns per block (warps).
@@ -17,12 +17,12 @@ const DEQUANT_ROWS: usize = 65535;
 
 impl CudaBackend {
     /// Grows the f32 scratch of the cuBLAS path to hold `w` (non-f32 formats).
-    pub(super) fn reserve_dequant(&self, w: &CudaWeight) -> Result<(), GpuError> {
+    pub(super) fn reserve_dequant(&self, w: &CudaWeight) -> Result<(), CudaError> {
         let mut slot = self.dequant.lock().unwrap_or_else(|e| e.into_inner());
         self.grow_dequant(&mut slot, w)
     }
 
-    fn grow_dequant(&self, slot: &mut Option<CudaBuffer>, w: &CudaWeight) -> Result<(), GpuError> {
+    fn grow_dequant(&self, slot: &mut Option<CudaBuffer>, w: &CudaWeight) -> Result<(), CudaError> {
         let need = (w.n * w.kp * 4) as u64;
         if w.format != WeightFormat::F32 && slot.as_ref().is_none_or(|b| b.len() < need) {
             *slot = Some(self.alloc(need)?);
@@ -37,13 +37,13 @@ impl CudaBackend {
         x: Rows<CudaBuffer>,
         y: Rows<CudaBuffer>,
         t: u32,
-    ) -> Result<(), GpuError> {
+    ) -> Result<(), CudaError> {
         if t >= self.cublas_min_t && self.cublas_min_t > 0 {
             return self.gemm_cublas(w, x, y, t);
         }
         let grid = ((w.n as u32).div_ceil(COLS_PER_BLOCK), t.div_ceil(TM), 1);
         if grid.1 > 65535 {
-            return Err(GpuError::Limit(format!("gemm over {t} rows exceeds the cuda grid")));
+            return Err(CudaError::Limit(format!("gemm over {t} rows exceeds the cuda grid")));
         }
         let args = [
             Ptr(x.buf.ptr()),
@@ -62,7 +62,7 @@ impl CudaBackend {
         self.launch(&format!("gemm_{}", format_suffix(w.format)), grid, 256, &args)
     }
 
-    fn gemm_cublas(&self, w: &CudaWeight, x: Rows<CudaBuffer>, y: Rows<CudaBuffer>, t: u32) -> Result<(), GpuError> {
+    fn gemm_cublas(&self, w: &CudaWeight, x: Rows<CudaBuffer>, y: Rows<CudaBuffer>, t: u32) -> Result<(), CudaError> {
         let mut slot = self.dequant.lock().unwrap_or_else(|e| e.into_inner());
         self.grow_dequant(&mut slot, w)?;
         let a = if w.format == WeightFormat::F32 {
@@ -70,7 +70,7 @@ impl CudaBackend {
         } else {
             let scratch = slot
                 .as_ref()
-                .ok_or_else(|| GpuError::Cuda("dequant scratch missing".into()))?;
+                .ok_or_else(|| CudaError::Driver("dequant scratch missing".into()))?;
             let name = format!("dequant_{}", format_suffix(w.format));
             for row0 in (0..w.n).step_by(DEQUANT_ROWS) {
                 let rows = (w.n - row0).min(DEQUANT_ROWS);

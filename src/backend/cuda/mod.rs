@@ -8,6 +8,7 @@
 //! same layer and kernels on a CPU emulation).
 
 pub mod driver;
+mod error;
 pub mod exec;
 mod gemm;
 mod ops;
@@ -18,8 +19,8 @@ use std::sync::Mutex;
 pub use exec::{Arg, DeviceMem, Executor};
 
 use super::WeightInfo;
-use crate::gpu::GpuError;
 use crate::quant::WeightFormat;
+pub use error::CudaError;
 
 /// Why the cuda backend cannot run on this machine, or `None` when it can.
 pub fn unavailable() -> Option<String> {
@@ -114,9 +115,9 @@ pub const DEFAULT_CUBLAS_MIN_T: u32 = 32;
 
 impl CudaBackend {
     /// Opens NVIDIA device `ordinal`, compiling the kernels with NVRTC.
-    pub fn new(ordinal: usize) -> Result<Self, GpuError> {
+    pub fn new(ordinal: usize) -> Result<Self, CudaError> {
         if let Some(why) = unavailable() {
-            return Err(GpuError::Cuda(why));
+            return Err(CudaError::Driver(why));
         }
         Ok(Self::with_executor(Box::new(driver::DriverExecutor::new(ordinal)?)))
     }
@@ -134,14 +135,14 @@ impl CudaBackend {
         self.exec.describe()
     }
 
-    fn alloc(&self, bytes: u64) -> Result<CudaBuffer, GpuError> {
+    fn alloc(&self, bytes: u64) -> Result<CudaBuffer, CudaError> {
         let bytes = bytes.max(16).div_ceil(16) * 16;
         Ok(CudaBuffer {
             mem: self.exec.alloc(bytes)?,
         })
     }
 
-    fn upload_bytes(&self, data: &[u8]) -> Result<CudaBuffer, GpuError> {
+    fn upload_bytes(&self, data: &[u8]) -> Result<CudaBuffer, CudaError> {
         let b = self.alloc(data.len() as u64)?;
         if !data.is_empty() {
             self.exec.write(b.ptr(), data)?;
@@ -150,9 +151,9 @@ impl CudaBackend {
     }
 
     /// Copies the first `bytes` of `b` to the host, in stream order.
-    fn read(&self, b: &CudaBuffer, bytes: u64) -> Result<Vec<u8>, GpuError> {
+    fn read(&self, b: &CudaBuffer, bytes: u64) -> Result<Vec<u8>, CudaError> {
         if bytes > b.len() {
-            return Err(GpuError::Readback(format!(
+            return Err(CudaError::Readback(format!(
                 "read of {bytes} bytes from a buffer of {}",
                 b.len()
             )));

@@ -1,19 +1,19 @@
 //! The ops interface on the cuda backend: buffers, steps, and one launch per op
 //! with the grid each kernel file's header states.
 
+use super::CudaError;
 use super::exec::Arg::{self, F32, Ptr, U32};
 use super::program::format_suffix;
 use super::{CudaBackend, CudaBuffer, CudaStep, CudaWeight};
 use crate::backend::{Backend, PagedKv, RopePairing, Rows};
-use crate::gpu::GpuError;
 use crate::quant::Repacked;
 
 /// Grid dimensions y and z are limited to 65535 blocks.
 const MAX_GRID_Y: u32 = 65535;
 
-fn check_rows(t: u32, what: &str) -> Result<(), GpuError> {
+fn check_rows(t: u32, what: &str) -> Result<(), CudaError> {
     if t > MAX_GRID_Y {
-        return Err(GpuError::Limit(format!(
+        return Err(CudaError::Limit(format!(
             "{what} over {t} rows: the cuda backend takes at most {MAX_GRID_Y} rows per step \
              (lower --max-num-batched-tokens)"
         )));
@@ -23,7 +23,7 @@ fn check_rows(t: u32, what: &str) -> Result<(), GpuError> {
 
 impl CudaBackend {
     /// Launches kernel `name` (nothing for an empty grid).
-    pub(super) fn launch(&self, name: &str, grid: (u32, u32, u32), block: u32, args: &[Arg]) -> Result<(), GpuError> {
+    pub(super) fn launch(&self, name: &str, grid: (u32, u32, u32), block: u32, args: &[Arg]) -> Result<(), CudaError> {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return Ok(());
         }
@@ -40,6 +40,7 @@ impl Backend for CudaBackend {
     type Buffer = CudaBuffer;
     type Weight = CudaWeight;
     type Step = CudaStep;
+    type Error = CudaError;
 
     fn describe(&self) -> String {
         CudaBackend::describe(self)
@@ -49,11 +50,11 @@ impl Backend for CudaBackend {
         self.exec.total_mem()
     }
 
-    fn zeros(&self, bytes: u64) -> Result<CudaBuffer, GpuError> {
+    fn zeros(&self, bytes: u64) -> Result<CudaBuffer, CudaError> {
         self.alloc(bytes)
     }
 
-    fn upload(&self, data: &[u8], _label: &str) -> Result<CudaBuffer, GpuError> {
+    fn upload(&self, data: &[u8], _label: &str) -> Result<CudaBuffer, CudaError> {
         self.upload_bytes(data)
     }
 
@@ -61,9 +62,9 @@ impl Backend for CudaBackend {
         b.len()
     }
 
-    fn write(&self, buf: &CudaBuffer, data: &[u8]) -> Result<(), GpuError> {
+    fn write(&self, buf: &CudaBuffer, data: &[u8]) -> Result<(), CudaError> {
         if data.len() as u64 > buf.len() {
-            return Err(GpuError::Limit(format!(
+            return Err(CudaError::Limit(format!(
                 "write of {} bytes into a buffer of {}",
                 data.len(),
                 buf.len()
@@ -75,7 +76,7 @@ impl Backend for CudaBackend {
         self.exec.write(buf.ptr(), data)
     }
 
-    fn upload_weight(&self, r: &Repacked, _label: &str) -> Result<CudaWeight, GpuError> {
+    fn upload_weight(&self, r: &Repacked, _label: &str) -> Result<CudaWeight, CudaError> {
         Ok(CudaWeight {
             format: r.format,
             n: r.n,
@@ -90,15 +91,15 @@ impl Backend for CudaBackend {
         })
     }
 
-    fn prepare_gemm(&self, w: &CudaWeight) -> Result<(), GpuError> {
+    fn prepare_gemm(&self, w: &CudaWeight) -> Result<(), CudaError> {
         self.reserve_dequant(w)
     }
 
-    fn prepare_embed(&self, _w: &CudaWeight) -> Result<(), GpuError> {
+    fn prepare_embed(&self, _w: &CudaWeight) -> Result<(), CudaError> {
         Ok(())
     }
 
-    fn prepare_attention(&self, head_dim: u32, heads: u32, kv_heads: u32) -> Result<(), GpuError> {
+    fn prepare_attention(&self, head_dim: u32, heads: u32, kv_heads: u32) -> Result<(), CudaError> {
         check_heads(head_dim, heads, kv_heads)
     }
 
@@ -106,7 +107,7 @@ impl Backend for CudaBackend {
         CudaStep { _private: () }
     }
 
-    fn finish(&self, _step: CudaStep, reads: &[(&CudaBuffer, u64)]) -> Result<Vec<Vec<u8>>, GpuError> {
+    fn finish(&self, _step: CudaStep, reads: &[(&CudaBuffer, u64)]) -> Result<Vec<Vec<u8>>, CudaError> {
         let out = reads
             .iter()
             .map(|&(b, n)| self.read(b, n))
@@ -122,7 +123,7 @@ impl Backend for CudaBackend {
         x: Rows<CudaBuffer>,
         y: Rows<CudaBuffer>,
         t: u32,
-    ) -> Result<(), GpuError> {
+    ) -> Result<(), CudaError> {
         self.gemm_rows(w, x, y, t)
     }
 
@@ -133,7 +134,7 @@ impl Backend for CudaBackend {
         ids: &CudaBuffer,
         t: u32,
         out: &CudaBuffer,
-    ) -> Result<(), GpuError> {
+    ) -> Result<(), CudaError> {
         let args = [
             Ptr(ids.ptr()),
             Ptr(w.data.ptr()),
@@ -158,7 +159,7 @@ impl Backend for CudaBackend {
         t: u32,
         d: u32,
         y: &CudaBuffer,
-    ) -> Result<(), GpuError> {
+    ) -> Result<(), CudaError> {
         let args = [
             Ptr(x.buf.ptr()),
             Ptr(w.ptr()),
@@ -186,7 +187,7 @@ impl Backend for CudaBackend {
         heads: u32,
         head_dim: u32,
         pairing: RopePairing,
-    ) -> Result<(), GpuError> {
+    ) -> Result<(), CudaError> {
         check_rows(t, "rope")?;
         let args = [
             Ptr(positions.ptr()),
@@ -209,7 +210,7 @@ impl Backend for CudaBackend {
         out: &CudaBuffer,
         t: u32,
         inter: u32,
-    ) -> Result<(), GpuError> {
+    ) -> Result<(), CudaError> {
         check_rows(t, "silu_mul")?;
         let args = [Ptr(gu.ptr()), Ptr(out.ptr()), U32(t), U32(inter)];
         self.launch("silu_mul", (inter.div_ceil(256), t, 1), 256, &args)
@@ -226,7 +227,7 @@ impl Backend for CudaBackend {
         k_cache: &CudaBuffer,
         v_cache: &CudaBuffer,
         t: u32,
-    ) -> Result<(), GpuError> {
+    ) -> Result<(), CudaError> {
         check_rows(t, "cache_write")?;
         let args = [
             Ptr(qkv.buf.ptr()),
@@ -251,7 +252,7 @@ impl Backend for CudaBackend {
         heads: u32,
         t: u32,
         out: &CudaBuffer,
-    ) -> Result<(), GpuError> {
+    ) -> Result<(), CudaError> {
         check_heads(kv.head_dim, heads, kv.kv_heads)?;
         check_rows(t, "paged_attention")?;
         let q_stride = if q_stride == u32::MAX {
@@ -279,16 +280,16 @@ impl Backend for CudaBackend {
         self.launch("paged_attention", (heads, t, 1), 256, &args)
     }
 
-    fn argmax(&self, _s: &mut CudaStep, x: &CudaBuffer, n: u32, rows: u32, out: &CudaBuffer) -> Result<(), GpuError> {
+    fn argmax(&self, _s: &mut CudaStep, x: &CudaBuffer, n: u32, rows: u32, out: &CudaBuffer) -> Result<(), CudaError> {
         let args = [Ptr(x.ptr()), Ptr(out.ptr()), U32(rows), U32(n)];
         self.launch("argmax", (rows, 1, 1), 256, &args)
     }
 }
 
 /// The head shapes `paged_attention.cu` serves: head_dim ≤ 256, whole GQA groups.
-pub fn check_heads(head_dim: u32, heads: u32, kv_heads: u32) -> Result<(), GpuError> {
+pub fn check_heads(head_dim: u32, heads: u32, kv_heads: u32) -> Result<(), CudaError> {
     if head_dim == 0 || head_dim > 256 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
-        return Err(GpuError::Limit(format!(
+        return Err(CudaError::Limit(format!(
             "the cuda paged_attention serves head_dim 1..=256 with heads a multiple of kv_heads; \
              got head_dim {head_dim}, {heads} heads, {kv_heads} KV heads (use --device wgpu)"
         )));

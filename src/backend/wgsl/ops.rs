@@ -70,6 +70,7 @@ impl Backend for Kernels {
     type Buffer = wgpu::Buffer;
     type Weight = GpuWeight;
     type Step = StepEncoder;
+    type Error = GpuError;
 
     fn describe(&self) -> String {
         self.ctx.describe()

@@ -1,0 +1,64 @@
+//! `StepBuffers`: the device buffers one step fills from the scheduler's plan
+//! (token ids, positions, the sequence of each token, KV slots, block tables,
+//! rows to sample) and the model's activation buffers, sized once for the
+//! step's token and sequence budget. The model runner owns them.
+
+use crate::backend::Backend;
+use crate::model::llama::Activations;
+use crate::model::{ModelConfig, ModelError, backend_err};
+
+/// The per-step arrays and activations of the forward pass.
+pub struct StepBuffers<B: Backend> {
+    pub max_tokens: usize,
+    pub max_seqs: usize,
+    pub max_blocks: usize,
+    // input_ids, positions, token_seq, slot_mapping: (max_tokens) u32
+    pub input_ids: B::Buffer,
+    pub positions: B::Buffer,
+    pub token_seq: B::Buffer,
+    pub slot_mapping: B::Buffer,
+    // block_tables: (max_seqs, max_blocks) u32; logits_rows: (max_seqs) u32
+    pub block_tables: B::Buffer,
+    pub logits_rows: B::Buffer,
+    pub act: Activations<B>,
+}
+
+impl<B: Backend> StepBuffers<B> {
+    pub fn new(
+        ks: &B,
+        cfg: &ModelConfig,
+        max_tokens: usize,
+        max_seqs: usize,
+        max_blocks: usize,
+    ) -> Result<Self, ModelError> {
+        let f = |n: usize| ks.zeros((n * 4) as u64).map_err(backend_err);
+        Ok(Self {
+            max_tokens,
+            max_seqs,
+            max_blocks,
+            input_ids: f(max_tokens)?,
+            positions: f(max_tokens)?,
+            token_seq: f(max_tokens)?,
+            slot_mapping: f(max_tokens)?,
+            block_tables: f(max_seqs * max_blocks)?,
+            logits_rows: f(max_seqs)?,
+            act: Activations::new(ks, cfg, max_tokens, max_seqs).map_err(backend_err)?,
+        })
+    }
+
+    /// Bytes of all step buffers.
+    pub fn bytes(&self, ks: &B) -> u64 {
+        let arrays: u64 = [
+            &self.input_ids,
+            &self.positions,
+            &self.token_seq,
+            &self.slot_mapping,
+            &self.block_tables,
+            &self.logits_rows,
+        ]
+        .iter()
+        .map(|b| ks.buffer_bytes(b))
+        .sum();
+        arrays + self.act.bytes(ks)
+    }
+}
