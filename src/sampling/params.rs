@@ -16,7 +16,10 @@ macro_rules! sampling_params {
         [$($attr:meta),*]
         $name:ident : $ty:ty = $default:expr, set $oty:ty => $wrap:expr;
     )*) => {
-        /// How a request chooses its tokens and when it stops.
+        /// How a request chooses its tokens and when it stops. The defaults are
+        /// OpenAI's and vLLM's: temperature 1 and at most 16 tokens (a forgotten
+        /// limit ends quickly instead of filling the context); `greedy()` is
+        /// temperature 0. The CLI starts from greedy with no token limit.
         #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
         #[serde(default)]
         pub struct SamplingParams {
@@ -51,8 +54,7 @@ fn same<T>(v: T) -> T {
 }
 
 sampling_params! {
-    /// Most tokens to generate; `None`: up to the context length. Default 16,
-    /// as vLLM's: a forgotten limit ends quickly instead of filling the context.
+    /// Most tokens to generate (unset: up to the context length).
     [arg(long)]
     max_tokens: Option<usize> = Some(DEFAULT_MAX_TOKENS), set usize => Some;
     /// Sampling temperature; 0 is greedy.
