@@ -1,0 +1,133 @@
+//! Start-up: pipelines are compiled on first use, once per device in a process
+//! (engines share them), and persisted through wgpu's pipeline cache where the
+//! adapter offers it, in a file that a corrupt or foreign copy cannot poison.
+
+mod common;
+
+use common::tiny::{TinySpec, write_tiny_gguf};
+use common::*;
+use wllm::backend::wgsl::{Kernels, pipeline_store};
+use wllm::config::PipelineCacheDir;
+use wllm::gpu::{GpuContext, GpuOptions};
+use wllm::{EngineConfig, LlmEngine, Prompt, SamplingParams};
+
+fn tiny_config(name: &str) -> EngineConfig {
+    let dir = test_dir(name);
+    EngineConfig {
+        model: write_tiny_gguf(&dir, "tiny.gguf", &TinySpec::default(), &mut rng(5)),
+        kv_cache_memory: Some(256 * 512),
+        max_model_len: Some(256),
+        ..Default::default()
+    }
+}
+
+fn generate(engine: &mut LlmEngine, n: usize) {
+    let params = SamplingParams {
+        max_tokens: Some(n),
+        ignore_eos: true,
+        ..SamplingParams::greedy()
+    };
+    let p = engine.tokenize(&Prompt::Text("hello there".into())).unwrap();
+    engine.add_request(p, params).unwrap();
+    while engine.has_unfinished() {
+        engine.step().unwrap();
+    }
+}
+
+#[test]
+fn a_second_engine_on_the_device_compiles_nothing() {
+    // A device of this test's own, so that other tests' compiles do not count.
+    let ctx = GpuContext::new(&GpuOptions {
+        pipeline_cache: PipelineCacheDir::Off,
+        ..Default::default()
+    })
+    .unwrap();
+    let store = pipeline_store(&ctx);
+    let cfg = tiny_config("pipelines_shared");
+    let mut first = LlmEngine::with_context(&ctx, &cfg).unwrap();
+    let at_load = store.stats().compiled;
+    generate(&mut first, 3);
+    let after_first = store.stats().compiled;
+    assert!(
+        after_first > at_load,
+        "the first steps compile the gemm/embed/attention variants they need ({at_load} -> {after_first})"
+    );
+    let mut second = LlmEngine::with_context(&ctx, &cfg).unwrap();
+    generate(&mut second, 3);
+    assert_eq!(
+        store.stats().compiled,
+        after_first,
+        "the second engine reuses every pipeline"
+    );
+    assert_eq!(second.load_timings.pipeline_stats.compiled, after_first);
+}
+
+#[test]
+fn one_token_prompts_build_only_the_tiles_they_use() {
+    let ctx = GpuContext::new(&GpuOptions {
+        pipeline_cache: PipelineCacheDir::Off,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut engine = LlmEngine::with_context(&ctx, &tiny_config("pipelines_lazy")).unwrap();
+    generate(&mut engine, 1);
+    let after_prefill = pipeline_store(&ctx).stats().compiled;
+    generate(&mut engine, 2);
+    let after_decode = pipeline_store(&ctx).stats().compiled;
+    assert!(
+        after_decode > after_prefill,
+        "a decode step needs row tile 1, which a one-token prompt never built ({after_prefill} -> {after_decode})"
+    );
+}
+
+#[test]
+fn a_corrupt_or_foreign_cache_file_is_ignored_and_rewritten() {
+    let dir = test_dir("pipelines_disk");
+    let opts = GpuOptions {
+        pipeline_cache: PipelineCacheDir::At(dir.clone()),
+        ..Default::default()
+    };
+    let ctx = GpuContext::new(&opts).unwrap();
+    let store = pipeline_store(&ctx);
+    let Some(path) = store.cache_path().map(|p| p.to_path_buf()) else {
+        // Only adapters without PIPELINE_CACHE (or without a wgpu cache key) get here.
+        assert!(
+            !ctx.features.contains(wgpu::Features::PIPELINE_CACHE)
+                || wgpu::util::pipeline_cache_key(&ctx.info).is_none()
+        );
+        eprintln!("this adapter offers no pipeline cache: {}", ctx.describe());
+        return;
+    };
+    assert!(path.starts_with(dir.join("pipelines")), "{}", path.display());
+    let kernels = Kernels::new(&ctx).unwrap();
+    kernels.save_pipelines();
+    let good = std::fs::read(&path).expect("the cache file is written after compiling");
+    assert!(good.starts_with(b"WLLMPC01"));
+
+    // A fresh process (here: a fresh device) loads it.
+    let ctx2 = GpuContext::new(&opts).unwrap();
+    assert!(pipeline_store(&ctx2).stats().disk_cache_loaded);
+
+    // Garbage, a truncated copy and a copy for another key are all ignored;
+    // the kernels still compile and the file is written anew.
+    let mut foreign = good.clone();
+    foreign[8] ^= 0xff;
+    for bad in [
+        b"not a pipeline cache".to_vec(),
+        good[..good.len() / 2].to_vec(),
+        foreign,
+    ] {
+        std::fs::write(&path, &bad).unwrap();
+        let ctx3 = GpuContext::new(&opts).unwrap();
+        let store3 = pipeline_store(&ctx3);
+        assert!(!store3.stats().disk_cache_loaded, "a bad file was loaded");
+        let k = Kernels::new(&ctx3).unwrap();
+        assert!(store3.stats().compiled >= 5, "the fixed kernels compiled");
+        k.save_pipelines();
+        assert_eq!(
+            std::fs::read(&path).unwrap()[..8],
+            good[..8],
+            "rewritten with a valid header"
+        );
+    }
+}
