@@ -3,11 +3,12 @@
 //! (`OpCase`) holds its run and its plain CPU reference together, with the
 //! tolerance it allows: `check_against_cpu(b)` runs them all.
 
-use wllm::backend::{Backend, PagedKv, RopePairing, Rows};
+use wllm::backend::{Backend, RopePairing, Rows};
 use wllm::model::rope::rope_table;
 use wllm::quant::{self, WeightFormat};
 
-use super::reference::{cpu_attention, cpu_rms_norm, cpu_rope};
+use super::attention_case::{reference_attention, run_attention};
+use super::reference::{cpu_rms_norm, cpu_rope};
 use super::{awkward_k, rand_vec, rand_weight_bytes, rng};
 
 /// Runs a case on a backend and reads its output.
@@ -64,8 +65,6 @@ pub const GEMM_T: [usize; 3] = [1, 3, 40];
 const GEMM_N: usize = 67;
 const EMBED_VOCAB: usize = 67;
 const ROPE: (usize, usize, usize) = (3, 5, 16); // t, heads, head_dim
-const ATT_SEQS: [usize; 3] = [1, 9, 23]; // keys per sequence
-const ATT: (usize, usize, usize, usize) = (4, 2, 64, 4); // heads, kv_heads, head_dim, block_size
 
 /// The input of gemm case (format, t): x (t, K) at offset 3 of rows of K + 5.
 fn gemm_input(format: WeightFormat, t: usize) -> (Vec<u8>, Vec<f32>, usize) {
@@ -346,180 +345,4 @@ pub fn check_against_cpu<B: Backend>(b: &B, what: &str) {
     for c in cases {
         super::close(&(c.run)(b), &(c.reference)(), c.tol, &format!("{what}: {}", c.name));
     }
-}
-
-/// The attention case: fused qkv rows, positions, token_seq, slot_mapping,
-/// block_tables, max_blocks.
-type AttentionData = (Vec<f32>, Vec<u32>, Vec<u32>, Vec<u32>, Vec<u32>, usize);
-
-/// Sequences of ATT_SEQS keys in shuffled blocks; the cache is filled by
-/// cache_write from a fused qkv, then every key position of every sequence queries.
-fn attention_data() -> AttentionData {
-    let (heads, kvh, hd, bs) = ATT;
-    let max_blocks = 8;
-    let width = (heads + 2 * kvh) * hd;
-    let tokens: usize = ATT_SEQS.iter().sum();
-    let qkv = rand_vec(&mut rng(700), tokens * width);
-    let mut next_block = 0u32;
-    let (mut pos, mut seq, mut slots, mut tables) = (vec![], vec![], vec![], vec![0u32; 3 * max_blocks]);
-    for (s, &n) in ATT_SEQS.iter().enumerate() {
-        for blk in 0..n.div_ceil(bs) {
-            // Blocks handed out in a scrambled order (as after frees).
-            tables[s * max_blocks + blk] = (next_block * 5) % 16;
-            next_block += 1;
-        }
-        for p in 0..n {
-            pos.push(p as u32);
-            seq.push(s as u32);
-            slots.push(tables[s * max_blocks + p / bs] * bs as u32 + (p % bs) as u32);
-        }
-    }
-    (qkv, pos, seq, slots, tables, max_blocks)
-}
-
-fn run_attention<B: Backend>(b: &B) -> Vec<f32> {
-    let (heads, kvh, hd, bs) = ATT;
-    let (qkv, pos, seq, slots, tables, max_blocks) = attention_data();
-    let width = (heads + 2 * kvh) * hd;
-    let t = pos.len();
-    let (qb, pb, sb, slb, tb) = (up(b, &qkv), up(b, &pos), up(b, &seq), up(b, &slots), up(b, &tables));
-    let (kc, vc, o) = (
-        zeros(b, 16 * bs * kvh * hd),
-        zeros(b, 16 * bs * kvh * hd),
-        zeros(b, t * heads * hd),
-    );
-    let mut s = b.begin();
-    let kw = (kvh * hd) as u32;
-    let qkv_rows = Rows::new(&qb, width);
-    let (k_off, v_off) = ((heads * hd) as u32, ((heads + kvh) * hd) as u32);
-    b.cache_write(&mut s, qkv_rows, k_off, v_off, kw, &slb, &kc, &vc, t as u32)
-        .unwrap();
-    let kv = PagedKv {
-        k_cache: &kc,
-        v_cache: &vc,
-        kv_heads: kvh as u32,
-        head_dim: hd as u32,
-        block_size: bs as u32,
-        positions: &pb,
-        token_seq: &sb,
-        block_tables: &tb,
-        max_blocks: max_blocks as u32,
-    };
-    b.paged_attention(&mut s, &qb, width as u32, kv, heads as u32, t as u32, &o)
-        .unwrap();
-    read(b, s, &o, t * heads * hd)
-}
-
-/// The CPU's answer for every case of `run_ops`, in the same order.
-pub fn reference_ops() -> Vec<Vec<f32>> {
-    let mut out = Vec::new();
-    for format in WeightFormat::ALL {
-        for t in GEMM_T {
-            let (wb, x, k) = gemm_input(format, t);
-            let w = quant::dequantize(format, &wb, GEMM_N, k).unwrap();
-            let mut v = Vec::new();
-            for i in 0..t {
-                let xr = &x[3 + i * (k + 5)..][..k];
-                for n in 0..GEMM_N {
-                    v.push(
-                        xr.iter()
-                            .zip(&w[n * k..][..k])
-                            .map(|(a, b)| f64::from(a * b))
-                            .sum::<f64>() as f32,
-                    );
-                }
-            }
-            out.push(v);
-        }
-        let k = awkward_k(format);
-        let wb = rand_weight_bytes(&mut rng(200 + format as u64), format, EMBED_VOCAB, k);
-        let w = quant::dequantize(format, &wb, EMBED_VOCAB, k).unwrap();
-        out.push(
-            [5usize, 0, 66, 5, 31]
-                .iter()
-                .flat_map(|&id| w[id * k..][..k].to_vec())
-                .collect(),
-        );
-    }
-    let (t, d) = (3usize, 77usize);
-    let mut r = rng(300);
-    let (x, w, res) = (rand_vec(&mut r, t * d), rand_vec(&mut r, d), rand_vec(&mut r, t * d));
-    let norm = |h: &[f32]| cpu_rms_norm(h, &w, 1e-5);
-    let summed: Vec<f32> = x.iter().zip(&res).map(|(a, b)| a + b).collect();
-    out.push(x.chunks(d).flat_map(norm).collect());
-    let mut v: Vec<f32> = summed.chunks(d).flat_map(norm).collect();
-    v.extend(&summed);
-    out.push(v);
-    // Gathering rows [2, 0] updates only those rows of the residual stream.
-    let mut v: Vec<f32> = [2, 0].iter().flat_map(|&i| norm(&summed[i * d..][..d])).collect();
-    v.extend(&summed[..d]);
-    v.extend(&res[d..2 * d]);
-    v.extend(&summed[2 * d..]);
-    out.push(v);
-    let (t, heads, hd) = ROPE;
-    let x = rand_vec(&mut rng(400), t * 90);
-    for adjacent in [false, true] {
-        let mut v = x.clone();
-        for (i, &p) in [0usize, 7, 63].iter().enumerate().take(t) {
-            cpu_rope(&mut v[i * 90..i * 90 + heads * hd], p, heads, hd, 10000.0, adjacent);
-        }
-        out.push(v);
-    }
-    let (t, inter) = (3usize, 77usize);
-    let gu = rand_vec(&mut rng(500), t * 2 * inter);
-    out.push(
-        (0..t * inter)
-            .map(|e| {
-                let (i, j) = (e / inter, e % inter);
-                let g = gu[i * 2 * inter + j];
-                g / (1.0 + (-g).exp()) * gu[i * 2 * inter + inter + j]
-            })
-            .collect(),
-    );
-    let mut x = rand_vec(&mut rng(600), 3 * 1000);
-    x[17] = 5.0;
-    x[900] = 5.0;
-    x[1000 + 4] = f32::NAN;
-    x[1000 + 999] = 3.0;
-    out.push(
-        x.chunks(1000)
-            .map(|row| {
-                let mut best = 0;
-                for (i, v) in row.iter().enumerate() {
-                    if !v.is_nan() && (row[best].is_nan() || *v > row[best]) {
-                        best = i;
-                    }
-                }
-                best as f32
-            })
-            .collect(),
-    );
-    out.push(reference_attention());
-    out
-}
-
-fn reference_attention() -> Vec<f32> {
-    let (heads, kvh, hd, _) = ATT;
-    let (qkv, pos, seq, _, _, _) = attention_data();
-    let width = (heads + 2 * kvh) * hd;
-    let mut out = Vec::new();
-    let starts: Vec<usize> = ATT_SEQS
-        .iter()
-        .scan(0, |acc, &n| {
-            let s = *acc;
-            *acc += n;
-            Some(s)
-        })
-        .collect();
-    for (tok, (&p, &s)) in pos.iter().zip(&seq).enumerate() {
-        for h in 0..heads {
-            let g = h / (heads / kvh);
-            let q = &qkv[tok * width + h * hd..][..hd];
-            let row = |j: usize, off: usize| &qkv[(starts[s as usize] + j) * width + off + g * hd..][..hd];
-            let keys: Vec<Vec<f32>> = (0..=p as usize).map(|j| row(j, heads * hd).to_vec()).collect();
-            let vals: Vec<Vec<f32>> = (0..=p as usize).map(|j| row(j, (heads + kvh) * hd).to_vec()).collect();
-            out.extend(cpu_attention(q, &keys, &vals, hd));
-        }
-    }
-    out
 }

@@ -2,6 +2,7 @@
 //! and random weights in every format.
 #![allow(dead_code)]
 
+pub mod attention_case;
 pub mod backend_ops;
 #[cfg(feature = "cuda")]
 pub mod cuda_emu;
