@@ -10,6 +10,8 @@ use std::time::Instant;
 use super::LoadTimings;
 use super::config::{EngineConfig, KvPlan};
 use super::model_runner::{ModelRunner, SeqChunk, StepRunner};
+use super::output::{RequestMetrics, RequestOutput};
+use super::postprocess::{postprocess_token, request_metrics};
 use super::scheduler::{Scheduler, SchedulerConfig};
 use super::sequence::{FinishReason, SeqId, SeqStatus, Sequence};
 use super::{BlockManager, EngineError};
@@ -18,7 +20,7 @@ use crate::backend::{Backend, OpenBackend};
 use crate::gpu::GpuContext;
 use crate::metrics::Metrics;
 use crate::model::{LlamaModel, ModelConfig, ModelFiles};
-use crate::sampling::{self, SampledLogprobs, SamplingParams};
+use crate::sampling::{self, SamplingParams};
 use crate::tokenizer::{ChatMessage, Tokenizer};
 
 /// What to complete.
@@ -30,36 +32,6 @@ pub enum Prompt {
     Chat(Vec<ChatMessage>),
     /// Token ids as they are.
     Tokens(Vec<u32>),
-}
-
-/// Per-request timings, in seconds, given with the last output.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
-pub struct RequestMetrics {
-    pub queue_time: f64,
-    pub time_to_first_token: f64,
-    pub prefill_time: f64,
-    pub decode_time: f64,
-    pub e2e_latency: f64,
-    pub num_prompt_tokens: usize,
-    pub num_output_tokens: usize,
-    pub num_cached_tokens: usize,
-    pub num_preemptions: usize,
-}
-
-/// One incremental output of a request.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
-pub struct RequestOutput {
-    pub id: SeqId,
-    /// New text since the previous output (never half a character or half a stop string).
-    pub text: String,
-    /// New token ids since the previous output.
-    pub token_ids: Vec<u32>,
-    /// One entry per new token when logprobs were asked for.
-    pub logprobs: Vec<SampledLogprobs>,
-    pub finish_reason: Option<FinishReason>,
-    pub num_prompt_tokens: usize,
-    /// Set on the last output.
-    pub metrics: Option<RequestMetrics>,
 }
 
 /// The engine core.
@@ -381,62 +353,5 @@ pub fn validate_request(
         }),
         Some(m) => Ok(prompt.len() + m),
         None => Ok(max_model_len),
-    }
-}
-
-fn request_metrics(seq: &Sequence, now: Instant) -> RequestMetrics {
-    let t = &seq.times;
-    let secs = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
-        (Some(a), Some(b)) => (b - a).as_secs_f64(),
-        _ => 0.0,
-    };
-    RequestMetrics {
-        queue_time: secs(Some(t.arrival), t.scheduled),
-        time_to_first_token: secs(Some(t.arrival), t.first_token),
-        prefill_time: secs(t.scheduled, t.first_token),
-        decode_time: secs(t.first_token, t.last_token),
-        e2e_latency: (t.finished.unwrap_or(now) - t.arrival).as_secs_f64(),
-        num_prompt_tokens: seq.prompt_len,
-        num_output_tokens: seq.num_tokens() - seq.prompt_len,
-        num_cached_tokens: seq.num_cached_tokens,
-        num_preemptions: seq.num_preemptions,
-    }
-}
-
-/// Appends a sampled token, applies the stop conditions, and cuts the next text delta.
-fn postprocess_token(
-    seq: &mut Sequence,
-    tok: u32,
-    lp: Option<SampledLogprobs>,
-    tokenizer: &Tokenizer,
-) -> RequestOutput {
-    seq.token_ids.push(tok);
-    if let Some(l) = lp.clone() {
-        seq.logprobs.push(l);
-    }
-    let p = &seq.params;
-    let mut finish = None;
-    let stop_token = (!p.ignore_eos && tokenizer.eos_ids.contains(&tok)) || p.stop_token_ids.contains(&tok);
-    // A stop token's text is never shown (so never decoded); any other token's
-    // text may complete a stop string.
-    if stop_token || seq.stop.push(&seq.detok.step(tokenizer, &seq.token_ids)) {
-        finish = Some(FinishReason::Stop);
-    }
-    let n_out = seq.num_tokens() - seq.prompt_len;
-    if finish.is_none() && (p.max_tokens.is_some_and(|m| n_out >= m) || seq.num_tokens() >= seq.max_total_tokens) {
-        finish = Some(FinishReason::Length);
-    }
-    let text = seq.stop.take_delta(finish.is_some());
-    if let Some(f) = finish {
-        seq.status = SeqStatus::Finished(f);
-    }
-    RequestOutput {
-        id: seq.id,
-        text,
-        token_ids: vec![tok],
-        logprobs: lp.into_iter().collect(),
-        finish_reason: finish,
-        num_prompt_tokens: seq.prompt_len,
-        metrics: None,
     }
 }
