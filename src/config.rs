@@ -11,7 +11,7 @@ pub struct EngineConfig {
     pub model: PathBuf,
     /// The backend: wgpu, cuda, or auto (cuda when built with it and an NVIDIA device exists).
     pub device: Device,
-    /// Substring of the wgpu adapter name (`WLLM_ADAPTER` when unset).
+    /// Substring of the wgpu adapter name (the CLI also reads `WLLM_ADAPTER`); `None`: the best adapter.
     pub adapter: Option<String>,
     /// Bytes of the KV pool; default: 512 MiB, within the adapter's binding limit.
     pub kv_cache_memory: Option<u64>,

@@ -26,8 +26,8 @@ pub struct EngineArgs {
     /// (cuda when built with it and an NVIDIA device exists, else wgpu).
     #[arg(long, global = true, default_value = "auto")]
     pub device: wllm::Device,
-    /// Substring of the wgpu adapter name to use (also WLLM_ADAPTER).
-    #[arg(long, global = true)]
+    /// Substring of the wgpu adapter name to use.
+    #[arg(long, global = true, env = "WLLM_ADAPTER")]
     pub adapter: Option<String>,
     /// Bytes of GPU memory for the KV cache pool (default 512 MiB, within the adapter's limits).
     #[arg(long, global = true)]

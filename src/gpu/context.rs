@@ -44,7 +44,7 @@ impl PipelineCacheDir {
 /// How to choose the adapter.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct GpuOptions {
-    /// Case-insensitive substring of the adapter name; `WLLM_ADAPTER` when `None`.
+    /// Case-insensitive substring of the adapter name; `None`: the best adapter.
     pub adapter: Option<String>,
     pub pipeline_cache: PipelineCacheDir,
 }
@@ -92,7 +92,7 @@ fn describe_info(i: &wgpu::AdapterInfo) -> String {
 }
 
 impl GpuContext {
-    /// Opens the best adapter, or the one `opts.adapter` / `WLLM_ADAPTER` names.
+    /// Opens the best adapter, or the one `opts.adapter` names.
     pub fn new(opts: &GpuOptions) -> Result<Self, GpuError> {
         pollster::block_on(Self::new_async(opts))
     }
@@ -138,11 +138,7 @@ impl GpuContext {
         if adapters.is_empty() {
             return Err(GpuError::NoAdapter { seen: "none".into() });
         }
-        let wanted = opts
-            .adapter
-            .clone()
-            .or_else(|| std::env::var("WLLM_ADAPTER").ok())
-            .filter(|s| !s.is_empty());
+        let wanted = opts.adapter.clone().filter(|s| !s.is_empty());
         if let Some(w) = &wanted {
             let w = w.to_lowercase();
             adapters.retain(|a| a.get_info().name.to_lowercase().contains(&w));
