@@ -73,6 +73,7 @@ fn run_case_on(
         &slot_b,
         &kc,
         &vc,
+        (total_blocks * bs) as u32,
         rows.len() as u32,
     )
     .unwrap();
@@ -97,6 +98,7 @@ fn run_case_on(
         token_seq: &sb,
         block_tables: &tb,
         max_blocks: max_blocks as u32,
+        kv_rows: (total_blocks * bs) as u32,
     };
     let mut enc = encoder();
     ks.paged_attention(&mut enc, &qb, u32::MAX, kv, h as u32, queries.len() as u32, &out)

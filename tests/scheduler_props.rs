@@ -33,6 +33,7 @@ proptest! {
         let mut bm = BlockManager::new(40, bs, caching);
         let prefixes: Vec<Vec<u32>> = (0..3).map(|p| (0..64).map(|t| (t * 7 + p * 1000) as u32).collect()).collect();
         let mut live: Vec<(BlockTable, Vec<u32>, usize)> = Vec::new();
+        let mut peak = 0usize;
         for op in ops {
             match op {
                 Op::Alloc { len, prefix } => {
@@ -68,6 +69,15 @@ proptest! {
                 }
             }
             bm.check_consistency(live.iter().map(|(t, _, _)| t)).map_err(TestCaseError::fail)?;
+            // Without the prefix cache (whose free blocks may sit anywhere), the
+            // lowest free block is handed out first: the blocks in use never reach
+            // past the most that were ever in use at once (the backend binds only
+            // that prefix of the pool).
+            let used: std::collections::BTreeSet<u32> = live.iter().flat_map(|(t, _, _)| t.blocks.iter().copied()).collect();
+            peak = peak.max(used.len());
+            if !caching && let Some(&top) = used.last() {
+                prop_assert!((top as usize) < peak, "block {top} in use with at most {peak} ever used at once");
+            }
         }
         for (t, _, _) in &mut live {
             bm.deallocate(t);

@@ -61,6 +61,9 @@ pub struct PagedKv<'a, B> {
     pub token_seq: &'a B,
     pub block_tables: &'a B,
     pub max_blocks: u32,
+    /// Rows of the caches this step may touch: a prefix of the pool that holds
+    /// every block in `block_tables` (a backend may bind only these).
+    pub kv_rows: u32,
 }
 
 impl<B> Clone for PagedKv<'_, B> {
@@ -198,7 +201,8 @@ pub trait Backend: Send + 'static {
     ) -> Result<(), Self::Error>;
 
     /// Copies K (at `k_off`) and V (at `v_off`) of each of `t` rows of `qkv`,
-    /// `kv_width` floats each, to row `slot_mapping[t]` of the caches.
+    /// `kv_width` floats each, to row `slot_mapping[t]` of the caches; every
+    /// slot is below `kv_rows` (a backend may bind only those rows).
     fn cache_write(
         &self,
         s: &mut Self::Step,
@@ -209,6 +213,7 @@ pub trait Backend: Send + 'static {
         slot_mapping: &Self::Buffer,
         k_cache: &Self::Buffer,
         v_cache: &Self::Buffer,
+        kv_rows: u32,
         t: u32,
     ) -> Result<(), Self::Error>;
 

@@ -7,7 +7,7 @@
 //! blocks are released tail first, so its tail goes before its shared prefix —
 //! and only when no never-cached free block is left.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 
 #[derive(Clone, Debug, Default)]
@@ -35,8 +35,10 @@ pub struct BlockTable {
 pub struct BlockManager {
     pub block_size: usize,
     blocks: Vec<Block>,
-    /// Free blocks holding nothing cached; used first.
-    clean: VecDeque<u32>,
+    /// Free blocks holding nothing cached; used first, lowest id first, so
+    /// that the pool's used part stays a short prefix (the backend binds and
+    /// touches only that prefix: a large pool costs nothing until it fills).
+    clean: BTreeSet<u32>,
     /// Free blocks still in the prefix cache, oldest release first.
     cached_free: BTreeMap<u64, u32>,
     tick: u64,
@@ -157,7 +159,7 @@ impl BlockManager {
     }
 
     fn pop_free(&mut self) -> Option<u32> {
-        let b = match self.clean.pop_front() {
+        let b = match self.clean.pop_first() {
             Some(b) => b,
             None => {
                 let (_, b) = self.cached_free.pop_first()?;
@@ -209,7 +211,7 @@ impl BlockManager {
                     blk.free_tick = Some(self.tick);
                     self.cached_free.insert(self.tick, b);
                 } else {
-                    self.clean.push_back(b);
+                    self.clean.insert(b);
                 }
             }
         }
@@ -226,7 +228,7 @@ impl BlockManager {
                 self.cache.remove(&h);
             }
             blk.token_ids.clear();
-            self.clean.push_back(b);
+            self.clean.insert(b);
         }
     }
 

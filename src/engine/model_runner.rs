@@ -164,6 +164,14 @@ impl<B: Backend> ModelRunner<B> {
         }
         ks.write(&b.logits_rows, bytemuck::cast_slice(&rows))
             .map_err(backend_err)?;
+        // The pool prefix this step touches, rounded up to a power of two of
+        // blocks so that its bindings change only when the prefix doubles.
+        let top_block = batch
+            .iter()
+            .flat_map(|c| c.block_table)
+            .max()
+            .map_or(0, |&b| b as usize + 1);
+        let kv_blocks = top_block.next_power_of_two().min(self.kv.num_blocks);
         let forward = Forward {
             input_ids: &b.input_ids,
             positions: &b.positions,
@@ -175,6 +183,7 @@ impl<B: Backend> ModelRunner<B> {
             k_cache: &self.kv.k,
             v_cache: &self.kv.v,
             block_size: bs as u32,
+            kv_rows: (kv_blocks * bs) as u32,
             act: &b.act,
         };
         let mut enc = ks.begin();

@@ -59,6 +59,8 @@ pub struct Forward<'a, B: Backend> {
     pub k_cache: &'a [B::Buffer],
     pub v_cache: &'a [B::Buffer],
     pub block_size: u32,
+    /// Rows of the caches this step touches (see `PagedKv::kv_rows`).
+    pub kv_rows: u32,
     pub act: &'a Activations<B>,
 }
 
@@ -292,6 +294,7 @@ impl<B: Backend> LlamaModel<B> {
                 f.slot_mapping,
                 &f.k_cache[l],
                 &f.v_cache[l],
+                f.kv_rows,
                 t,
             )?;
             let paged = PagedKv {
@@ -304,6 +307,7 @@ impl<B: Backend> LlamaModel<B> {
                 token_seq: f.token_seq,
                 block_tables: f.block_tables,
                 max_blocks: f.max_blocks,
+                kv_rows: f.kv_rows,
             };
             ks.paged_attention(enc, &b.qkv, qkv_w, paged, hq, t, &b.attn)?;
             ks.gemm(

@@ -53,16 +53,18 @@ pub fn run_attention<B: Backend>(b: &B) -> Vec<f32> {
     let width = (heads + 2 * kvh) * hd;
     let t = pos.len();
     let (qb, pb, sb, slb, tb) = (up(b, &qkv), up(b, &pos), up(b, &seq), up(b, &slots), up(b, &tables));
+    // The blocks in use are 0..16 of a pool of 40: the ops see only that prefix.
+    let kv_rows = (16 * bs) as u32;
     let (kc, vc, o) = (
-        zeros(b, 16 * bs * kvh * hd),
-        zeros(b, 16 * bs * kvh * hd),
+        zeros(b, 40 * bs * kvh * hd),
+        zeros(b, 40 * bs * kvh * hd),
         zeros(b, t * heads * hd),
     );
     let mut s = b.begin();
     let kw = (kvh * hd) as u32;
     let qkv_rows = Rows::new(&qb, width);
     let (k_off, v_off) = ((heads * hd) as u32, ((heads + kvh) * hd) as u32);
-    b.cache_write(&mut s, qkv_rows, k_off, v_off, kw, &slb, &kc, &vc, t as u32)
+    b.cache_write(&mut s, qkv_rows, k_off, v_off, kw, &slb, &kc, &vc, kv_rows, t as u32)
         .unwrap();
     let kv = PagedKv {
         k_cache: &kc,
@@ -74,6 +76,7 @@ pub fn run_attention<B: Backend>(b: &B) -> Vec<f32> {
         token_seq: &sb,
         block_tables: &tb,
         max_blocks: max_blocks as u32,
+        kv_rows,
     };
     b.paged_attention(&mut s, &qb, width as u32, kv, heads as u32, t as u32, &o)
         .unwrap();

@@ -226,6 +226,7 @@ impl Backend for CudaBackend {
         slot_mapping: &CudaBuffer,
         k_cache: &CudaBuffer,
         v_cache: &CudaBuffer,
+        _kv_rows: u32,
         t: u32,
     ) -> Result<(), CudaError> {
         check_rows(t, "cache_write")?;

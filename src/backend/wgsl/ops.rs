@@ -46,6 +46,14 @@ struct RopeParams {
     pad: [u32; 2],
 }
 
+/// The first `rows` rows of a KV cache buffer (all of it if that is less):
+/// binding only the pool's used prefix means wgpu zero-fills, and the driver
+/// touches, only that much of a large pool.
+fn kv_prefix(buf: &wgpu::Buffer, rows: u32, row_bytes: u64) -> BufSlice {
+    let bytes = (u64::from(rows) * row_bytes).clamp(4, buf.size());
+    BufSlice::range(buf, 0, bytes)
+}
+
 fn u32s(v: &[u32; 4]) -> &[u8] {
     bytemuck::cast_slice(v)
 }
@@ -268,14 +276,16 @@ impl Backend for Kernels {
         slot_mapping: &wgpu::Buffer,
         k_cache: &wgpu::Buffer,
         v_cache: &wgpu::Buffer,
+        kv_rows: u32,
         t: u32,
     ) -> Result<(), GpuError> {
         let p = [t, kv_width, qkv.stride, k_off, v_off, 0, 0, 0];
+        let row_bytes = u64::from(kv_width) * 4;
         let bufs = [
             BufSlice::whole(qkv.buf),
             BufSlice::whole(slot_mapping),
-            BufSlice::whole(k_cache),
-            BufSlice::whole(v_cache),
+            kv_prefix(k_cache, kv_rows, row_bytes),
+            kv_prefix(v_cache, kv_rows, row_bytes),
         ];
         enc.dispatch(
             &self.cache_write,
@@ -297,6 +307,7 @@ impl Backend for Kernels {
         out: &wgpu::Buffer,
     ) -> Result<(), GpuError> {
         let v = self.attention_variant(kv.head_dim, heads / kv.kv_heads.max(1));
+        let row_bytes = u64::from(kv.kv_heads * kv.head_dim) * 4;
         let kernel = self.attention_kernel(v)?;
         let p = AttentionParams {
             t,
@@ -314,8 +325,8 @@ impl Backend for Kernels {
         };
         let bufs = [
             BufSlice::whole(q),
-            BufSlice::whole(kv.k_cache),
-            BufSlice::whole(kv.v_cache),
+            kv_prefix(kv.k_cache, kv.kv_rows, row_bytes),
+            kv_prefix(kv.v_cache, kv.kv_rows, row_bytes),
             BufSlice::whole(kv.positions),
             BufSlice::whole(kv.token_seq),
             BufSlice::whole(kv.block_tables),
