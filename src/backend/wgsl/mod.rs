@@ -8,6 +8,7 @@ mod dump;
 pub mod embed;
 pub mod gemm;
 mod ops;
+pub mod roofs;
 pub mod templates;
 mod weight;
 

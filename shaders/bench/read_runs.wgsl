@@ -1,4 +1,4 @@
-// read_roof.wgsl — the practical read bandwidth of the adapter (benchmarks only):
+// read_runs.wgsl — read roof, plain pattern (benchmarks only):
 // every invocation XORs its own contiguous run of vec4<u32> and writes one word.
 //
 // Bindings: 0 p: Params; 1 src: (n4) vec4<u32>; 2 out: (invocations) u32.
