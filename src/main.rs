@@ -27,6 +27,8 @@ enum Command {
     Info(cli::info::InfoArgs),
     /// Write every rendered WGSL kernel variant to a directory (`--dump DIR`).
     Kernels(cli::kernels::KernelsArgs),
+    /// Where a step's milliseconds go: per-kernel times of decode steps and a prefill chunk.
+    Profile(cli::profile::ProfileArgs),
     /// Serve the OpenAI-compatible HTTP API.
     Serve(cli::serve::ServeArgs),
     /// Benchmarks: `bench serve` (concurrency sweep over HTTP), `bench prefix` (prefix cache).
@@ -79,6 +81,7 @@ fn main() {
         Some(Command::Generate(a)) => cli::generate::run(&a),
         Some(Command::Info(a)) => cli::info::run(&a),
         Some(Command::Kernels(a)) => cli::kernels::run(&a),
+        Some(Command::Profile(a)) => cli::profile::run(&a),
         Some(Command::Serve(a)) => cli::serve::run(&a),
         Some(Command::Bench(c)) => cli::bench::run(&c),
     };

@@ -8,6 +8,7 @@ pub mod generate;
 pub mod info;
 pub mod kernels;
 pub mod plot;
+pub mod profile;
 pub mod serve;
 
 use std::path::PathBuf;

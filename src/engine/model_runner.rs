@@ -107,6 +107,25 @@ impl<B: Backend> ModelRunner<B> {
 
     /// Computes the chunks of one step; `want_logits` also reads back the logits rows.
     pub fn execute(&self, batch: &[SeqChunk], want_logits: bool) -> Result<StepResult, ModelError> {
+        let (enc, rows, n_rows) = self.record(batch)?;
+        let b = &self.bufs;
+        let ks = &self.kernels;
+        let vocab = self.model.cfg.vocab;
+        let mut reads = vec![(&b.act.sampled, (rows * 4) as u64)];
+        if want_logits && n_rows > 0 {
+            reads.push((&b.act.logits, (n_rows * vocab * 4) as u64));
+        }
+        let mut out = ks.finish(enc, &reads).map_err(backend_err)?;
+        let logits = (out.len() > 1).then(|| bytemuck::pod_collect_to_vec(&out.remove(1)));
+        let mut argmax: Vec<u32> = bytemuck::pod_collect_to_vec(&out.remove(0));
+        argmax.truncate(n_rows);
+        Ok(StepResult { argmax, logits })
+    }
+
+    /// Uploads the step's arrays and records its forward pass without running
+    /// it; returns the step, the rows the LM head computes and how many of
+    /// them sample (`wllm profile` replays the recorded ops).
+    pub fn record(&self, batch: &[SeqChunk]) -> Result<(B::Step, usize, usize), ModelError> {
         let b = &self.bufs;
         let bs = self.kv.block_size;
         let t: usize = batch.iter().map(|c| c.len).sum();
@@ -190,15 +209,6 @@ impl<B: Backend> ModelRunner<B> {
         self.model
             .encode_forward(ks, &mut enc, &forward, t as u32, rows.len() as u32)
             .map_err(backend_err)?;
-        let vocab = self.model.cfg.vocab;
-        let mut reads = vec![(&b.act.sampled, (rows.len() * 4) as u64)];
-        if want_logits && n_rows > 0 {
-            reads.push((&b.act.logits, (n_rows * vocab * 4) as u64));
-        }
-        let mut out = ks.finish(enc, &reads).map_err(backend_err)?;
-        let logits = (out.len() > 1).then(|| bytemuck::pod_collect_to_vec(&out.remove(1)));
-        let mut argmax: Vec<u32> = bytemuck::pod_collect_to_vec(&out.remove(0));
-        argmax.truncate(n_rows);
-        Ok(StepResult { argmax, logits })
+        Ok((enc, rows.len(), n_rows))
     }
 }

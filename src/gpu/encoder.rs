@@ -35,8 +35,13 @@ impl BufSlice {
             size: Some(size),
         }
     }
-    fn len(&self) -> u64 {
+    /// Bytes of the slice.
+    pub fn len(&self) -> u64 {
         self.size.unwrap_or(self.buffer.size() - self.offset)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -46,6 +51,7 @@ impl From<&wgpu::Buffer> for BufSlice {
     }
 }
 
+#[derive(Clone)]
 enum Op {
     Dispatch {
         kernel: Arc<Kernel>,
@@ -135,6 +141,51 @@ impl StepEncoder {
             bufs: bufs.to_vec(),
             groups,
         });
+    }
+
+    /// The recorded dispatches grouped by kernel, in first-use order: each
+    /// group's kernel and a step of only its dispatches (with their parameters),
+    /// so that a profiler can time each kernel's share of a step alone.
+    pub fn split_by_kernel(&self) -> Vec<(Arc<Kernel>, StepEncoder)> {
+        let mut groups: Vec<(Arc<Kernel>, StepEncoder)> = Vec::new();
+        for op in &self.ops {
+            let Op::Dispatch {
+                kernel,
+                params: (off, len),
+                bufs,
+                groups: g,
+            } = op
+            else {
+                continue;
+            };
+            let at = match groups.iter().position(|(k, _)| Arc::ptr_eq(k, kernel)) {
+                Some(i) => i,
+                None => {
+                    groups.push((kernel.clone(), StepEncoder::new(&self.ctx)));
+                    groups.len() - 1
+                }
+            };
+            let params = &self.params[*off as usize..(*off + *len) as usize];
+            groups[at].1.dispatch(kernel, params, bufs, *g);
+        }
+        groups
+    }
+
+    /// (uniform parameters, bound storage slices, workgroups) of each dispatch.
+    pub fn dispatches(&self) -> impl Iterator<Item = (&[u8], &[BufSlice], [u32; 3])> {
+        self.ops.iter().filter_map(|op| match op {
+            Op::Dispatch {
+                params: (off, len),
+                bufs,
+                groups,
+                ..
+            } => Some((
+                &self.params[*off as usize..(*off + *len) as usize],
+                bufs.as_slice(),
+                *groups,
+            )),
+            Op::Copy { .. } => None,
+        })
     }
 
     /// Records a buffer-to-buffer copy of `src.len()` bytes.

@@ -1,0 +1,243 @@
+//! `wllm profile`: where a step's milliseconds go, on the WGSL backend. For a
+//! decode step at each batch size (each sequence `--context` tokens deep) and
+//! a prefill chunk, one row per kernel: its dispatches in the step, the time of
+//! those dispatches replayed alone (median; the replay includes recording its
+//! bind groups), their share of the whole step, the bytes they must move per
+//! second against the read roof and, for gemm and attention, GFLOP/s against
+//! the FMA roof (`op_cost` says what is counted). Roofs are measured in the
+//! same run (`backend::wgsl::roofs`). Where the adapter offers timestamps inside
+//! passes they are not used yet: replaying each kernel alone works everywhere.
+
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::Args;
+use wllm::backend::OpenBackend;
+use wllm::backend::wgsl::{Kernels, roofs};
+use wllm::engine::{ModelRunner, SeqChunk};
+use wllm::gpu::StepEncoder;
+use wllm::model::{LlamaModel, ModelFiles};
+
+use super::EngineArgs;
+
+#[derive(Args, Clone, Debug)]
+pub struct ProfileArgs {
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Decode batch sizes to profile.
+    #[arg(long, value_delimiter = ',', default_value = "1,16")]
+    pub batch: Vec<usize>,
+    /// Tokens already in the KV cache of each decoding sequence.
+    #[arg(long, default_value_t = 128)]
+    pub context: usize,
+    /// Tokens of the prefill chunk to profile (0: none).
+    #[arg(long, default_value_t = 512)]
+    pub prefill: usize,
+    /// Timed replays of each measurement (the median is shown).
+    #[arg(long, default_value_t = 5)]
+    pub reps: usize,
+}
+
+/// The bytes an op's dispatch must move and the flops it must do, from its
+/// parameters (the layouts of the `Params` structs in shaders/) and bindings;
+/// `keys`: keys attended per layer in this step (attention's reads).
+fn op_cost(name: &str, params: &[u8], bufs: &[wllm::gpu::BufSlice], keys: f64) -> (f64, f64) {
+    let p: Vec<f64> = params
+        .chunks_exact(4)
+        .map(|c| f64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+        .collect();
+    let at = |i: usize| p.get(i).copied().unwrap_or(0.0);
+    let family = name.split('_').next().unwrap_or(name);
+    match family {
+        // Y[t,n] = X[t,k] W[n,k]^T: the weight (and scales) once, x and y.
+        "gemm" => {
+            let (t, n, k) = (at(0), at(1), at(2));
+            let weights: u64 = bufs[1..bufs.len() - 1].iter().map(|b| b.len()).sum();
+            (weights as f64 + 4.0 * t * (k + n), 2.0 * t * n * k)
+        }
+        // t rows of d: read x (and the residual, written back), write y.
+        "rms" => {
+            let (t, d) = (at(0), at(1));
+            (4.0 * t * d * (2.0 + 2.0 * at(3)) + 4.0 * d, 0.0)
+        }
+        // t rows of heads·head_dim rotated in place, and their table rows.
+        "rope" => (4.0 * at(0) * at(1) * at(2) * 2.0 + 4.0 * at(0) * at(2), 0.0),
+        "silu" => (12.0 * at(0) * at(1), 0.0),
+        // t rows of K and V read from qkv and written to the caches.
+        "cache" => (16.0 * at(0) * at(1), 0.0),
+        "argmax" => (4.0 * at(0) * at(1), 0.0),
+        "embed" => (8.0 * at(0) * at(1), 0.0),
+        // paged_attention_{hd}x{w}x{g}: each workgroup of g heads reads K and V
+        // rows of its keys once; q·k and p·v are 2 flops a dimension each.
+        "paged" => {
+            let shape: Vec<f64> = name
+                .rsplit('_')
+                .next()
+                .unwrap_or("")
+                .split('x')
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            let (hd, g) = (
+                shape.first().copied().unwrap_or(0.0),
+                shape.get(2).copied().unwrap_or(1.0),
+            );
+            let (t, heads) = (at(0), at(1));
+            (
+                keys * (heads / g) * hd * 8.0 + 8.0 * t * heads * hd,
+                keys * heads * hd * 4.0,
+            )
+        }
+        _ => (bufs.iter().map(|b| b.len()).sum::<u64>() as f64, 0.0),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+fn timed(enc: StepEncoder) -> anyhow::Result<f64> {
+    let t0 = Instant::now();
+    enc.submit_and_read(&[])?;
+    Ok(t0.elapsed().as_secs_f64())
+}
+
+/// One scenario's sequences: (token ids, tokens already cached, block table).
+type Seqs = Vec<(Vec<u32>, usize, Vec<u32>)>;
+
+fn sequences(n: usize, cached: usize, new: usize, bs: usize) -> Seqs {
+    let blocks = (cached + new).div_ceil(bs);
+    (0..n)
+        .map(|s| {
+            let ids = (0..cached + new)
+                .map(|i| 1 + ((i * 7 + s * 13) % 1000) as u32)
+                .collect();
+            let table = (0..blocks).map(|b| (s * blocks + b) as u32).collect();
+            (ids, cached, table)
+        })
+        .collect()
+}
+
+fn profile(
+    runner: &ModelRunner<Kernels>,
+    roofs: &roofs::Roofs,
+    title: &str,
+    seqs: &Seqs,
+    reps: usize,
+) -> anyhow::Result<()> {
+    let chunks: Vec<SeqChunk> = seqs
+        .iter()
+        .map(|(ids, cached, table)| SeqChunk {
+            token_ids: ids,
+            start: *cached,
+            len: ids.len() - cached,
+            block_table: table,
+            sample: true,
+        })
+        .collect();
+    // The whole step, recorded anew for each run as the engine does.
+    let mut whole = Vec::new();
+    for _ in 0..=reps {
+        whole.push(timed(runner.record(&chunks)?.0)?);
+    }
+    whole.remove(0); // warm-up
+    let step_s = median(whole);
+    let (step, _, _) = runner.record(&chunks)?;
+    let kernels: Vec<String> = step.split_by_kernel().iter().map(|(k, _)| k.name.clone()).collect();
+    let mut times = vec![Vec::new(); kernels.len()];
+    for rep in 0..=reps {
+        for (i, (_, part)) in step.split_by_kernel().into_iter().enumerate() {
+            let t = timed(part)?;
+            if rep > 0 {
+                times[i].push(t);
+            }
+        }
+    }
+    // Keys attended in one layer: every new token sees its position + 1 keys.
+    let keys: f64 = chunks
+        .iter()
+        .map(|c| (c.start..c.start + c.len).map(|p| (p + 1) as f64).sum::<f64>())
+        .sum();
+    let mut rows = Vec::new();
+    for ((name, t), (_, part)) in kernels.iter().zip(times).zip(step.split_by_kernel()) {
+        let secs = median(t);
+        let (mut n, mut bytes, mut flops) = (0usize, 0f64, 0f64);
+        for (params, bufs, _) in part.dispatches() {
+            n += 1;
+            let (b, f) = op_cost(name, params, bufs, keys);
+            bytes += b;
+            flops += f;
+        }
+        rows.push((name.clone(), n, secs, bytes, flops));
+    }
+    rows.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let dispatches: usize = rows.iter().map(|r| r.1).sum();
+    println!(
+        "\n### {title}: {:.2} ms a step, {dispatches} dispatches\n",
+        step_s * 1e3
+    );
+    println!("| kernel | dispatches | ms alone | % of step | GB/s | % read roof | GFLOP/s | % FMA roof |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (name, n, secs, bytes, flops) in rows {
+        let gbs = bytes / secs / 1e9;
+        let fl = if flops > 0.0 {
+            let g = flops / secs / 1e9;
+            format!("{g:.1} | {:.0} %", 100.0 * g / roofs.fma_gflops)
+        } else {
+            "– | –".into()
+        };
+        println!(
+            "| {name} | {n} | {:.3} | {:.0} % | {gbs:.2} | {:.0} % | {fl} |",
+            secs * 1e3,
+            100.0 * secs / step_s,
+            100.0 * gbs / roofs.read_gbs
+        );
+    }
+    Ok(())
+}
+
+pub fn run(a: &ProfileArgs) -> anyhow::Result<()> {
+    let mut cfg = a.engine.config()?;
+    cfg.device = wllm::Device::Wgpu;
+    let bs = cfg.block_size.max(1);
+    let max_batch = a.batch.iter().copied().max().unwrap_or(1).max(1);
+    let files = ModelFiles::open(&cfg.model)?;
+    let mc = files.config()?;
+    let max_len = (a.context + 1).max(a.prefill).min(mc.max_context);
+    let context = a.context.min(max_len - 1);
+    let num_blocks = (max_batch * (context + 1).div_ceil(bs))
+        .max(a.prefill.div_ceil(bs))
+        .max(1);
+    let (backend, _) = wllm::backend::open(&cfg)?;
+    // Without the cuda feature the match has one arm; with it, two.
+    #[allow(clippy::infallible_destructuring_match)]
+    let kernels = match backend {
+        OpenBackend::Wgpu(k) => *k,
+        #[cfg(feature = "cuda")]
+        OpenBackend::Cuda(_) => anyhow::bail!("profile measures the WGSL kernels; run it with --device wgpu"),
+    };
+    println!("adapter: {}", kernels.ctx.describe());
+    let roofs = roofs::measure(&kernels)?;
+    println!(
+        "read roof {:.2} GB/s ({}), FMA roof {:.1} GFLOP/s",
+        roofs.read_gbs, roofs.read_kernel, roofs.fma_gflops
+    );
+    let model = LlamaModel::load(&kernels, &files, &mc).context("loading the model")?;
+    let max_tokens = max_batch.max(a.prefill).max(1);
+    let runner = ModelRunner::new(kernels, model, num_blocks, bs, max_tokens, max_batch, max_len)?;
+    for &b in &a.batch {
+        let title = format!("decode, batch {b}, {context} tokens of context each");
+        profile(&runner, &roofs, &title, &sequences(b.max(1), context, 1, bs), a.reps)?;
+    }
+    if a.prefill > 0 {
+        let title = format!("prefill chunk of {} tokens", a.prefill.min(max_len));
+        profile(
+            &runner,
+            &roofs,
+            &title,
+            &sequences(1, 0, a.prefill.min(max_len), bs),
+            a.reps,
+        )?;
+    }
+    Ok(())
+}
