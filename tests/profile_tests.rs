@@ -1,0 +1,84 @@
+//! `wllm profile` and what it rests on: a recorded step split by kernel keeps
+//! every dispatch, recording then finishing gives what `execute` gives, and the
+//! command prints a row per kernel against the measured roofs.
+
+mod common;
+
+use common::tiny::{TinySpec, write_tiny_gguf};
+use common::*;
+use wllm::backend::Backend;
+use wllm::backend::wgsl::Kernels;
+use wllm::engine::{ModelRunner, SeqChunk};
+use wllm::model::{LlamaModel, ModelFiles};
+
+#[test]
+fn a_recorded_step_splits_by_kernel_and_runs_as_execute_does() {
+    let dir = test_dir("profile_split");
+    let path = write_tiny_gguf(&dir, "tiny.gguf", &TinySpec::default(), &mut rng(11));
+    let files = ModelFiles::open(&path).unwrap();
+    let cfg = files.config().unwrap();
+    let ks = Kernels::new(&kernels().ctx).unwrap();
+    let model = LlamaModel::load(&ks, &files, &cfg).unwrap();
+    let runner = ModelRunner::new(ks, model, 16, 4, 64, 4, 64).unwrap();
+    let ids: Vec<Vec<u32>> = (0..2).map(|s| (0..9).map(|i| 3 + i * 5 + s).collect()).collect();
+    let tables = [vec![0u32, 1, 2], vec![3, 4, 5]];
+    let chunks: Vec<SeqChunk> = (0..2)
+        .map(|s| SeqChunk {
+            token_ids: &ids[s],
+            start: 0,
+            len: 9,
+            block_table: &tables[s],
+            sample: true,
+        })
+        .collect();
+    let (step, rows, sampling) = runner.record(&chunks).unwrap();
+    assert_eq!((rows, sampling), (2, 2));
+    let total = step.dispatches().count();
+    let parts = step.split_by_kernel();
+    assert_eq!(parts.iter().map(|(_, p)| p.dispatches().count()).sum::<usize>(), total);
+    for (i, (k, _)) in parts.iter().enumerate() {
+        assert!(
+            parts[..i].iter().all(|(o, _)| o.name != k.name),
+            "{} appears twice",
+            k.name
+        );
+    }
+    assert!(parts.iter().any(|(k, _)| k.name.starts_with("gemm")));
+    for (_, p) in parts {
+        p.submit_and_read(&[]).unwrap();
+    }
+    let recorded = runner.kernels.finish(step, &[(&runner.bufs.act.sampled, 8)]).unwrap();
+    let recorded: Vec<u32> = bytemuck::pod_collect_to_vec(&recorded[0]);
+    // The same chunks again through execute (the KV rows are rewritten identically).
+    let executed = runner.execute(&chunks, false).unwrap().argmax;
+    assert_eq!(recorded, executed);
+}
+
+#[test]
+fn profile_prints_a_row_per_kernel_against_the_roofs() {
+    let dir = test_dir("profile_cli");
+    let path = write_tiny_gguf(&dir, "tiny.gguf", &TinySpec::default(), &mut rng(12));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wllm"))
+        .args(["profile", "--model"])
+        .arg(&path)
+        .args(["--batch", "2", "--context", "8", "--prefill", "16", "--reps", "1"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("read roof") && text.contains("FMA roof"), "{text}");
+    assert!(text.contains("### decode, batch 2, 8 tokens of context each"), "{text}");
+    assert!(text.contains("### prefill chunk of 16 tokens"), "{text}");
+    for kernel in [
+        "gemm_",
+        "paged_attention_",
+        "rms_norm",
+        "rope",
+        "silu_mul",
+        "cache_write",
+        "argmax",
+        "embed_",
+    ] {
+        assert!(text.contains(&format!("| {kernel}")), "no row for {kernel}:\n{text}");
+    }
+}
