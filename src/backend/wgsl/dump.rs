@@ -1,7 +1,7 @@
 //! Every kernel variant this adapter's engine can run, rendered: what
 //! `wllm kernels --dump DIR` writes, so the WGSL that runs can be read.
 
-use super::{Kernels, attention, embed, gemm};
+use super::{Kernels, attention, embed, gemm, templates};
 use crate::gpu::GpuError;
 use crate::quant::WeightFormat;
 
@@ -12,22 +12,8 @@ pub struct RenderedKernel {
     pub source: String,
 }
 
-const FORMATS: [WeightFormat; 6] = [
-    WeightFormat::F32,
-    WeightFormat::F16,
-    WeightFormat::Bf16,
-    WeightFormat::Q8_0,
-    WeightFormat::Q4_0,
-    WeightFormat::Q4_1,
-];
-
-const FIXED: [(&str, &str); 5] = [
-    ("rms_norm", include_str!("../../../shaders/rms_norm.wgsl")),
-    ("rope", include_str!("../../../shaders/rope.wgsl")),
-    ("silu_mul", include_str!("../../../shaders/silu_mul.wgsl")),
-    ("argmax", include_str!("../../../shaders/argmax.wgsl")),
-    ("cache_write", include_str!("../../../shaders/cache_write.wgsl")),
-];
+/// The kernels that are plain WGSL (not templates), by name.
+const FIXED: [&str; 5] = ["rms_norm", "rope", "silu_mul", "argmax", "cache_write"];
 
 impl Kernels {
     /// Every variant for a model with this attention shape: the fixed kernels,
@@ -36,25 +22,16 @@ impl Kernels {
     pub fn rendered_variants(&self, head_dim: u32, heads: u32, kv_heads: u32) -> Result<Vec<RenderedKernel>, GpuError> {
         let mut out: Vec<RenderedKernel> = FIXED
             .iter()
-            .map(|(name, src)| RenderedKernel {
-                file: format!("{name}.wgsl"),
-                source: src.to_string(),
+            .map(|name| {
+                let file = format!("{name}.wgsl");
+                let source = templates::file(&file).to_string();
+                RenderedKernel { file, source }
             })
             .collect();
-        for format in FORMATS {
+        for format in WeightFormat::ALL {
             for tm in self.row_tiles_of(format) {
                 for x_vec in [true, false] {
-                    let v = gemm::GemmVariant {
-                        format,
-                        tm,
-                        tn: if tm == 1 {
-                            self.tiles.decode_tn
-                        } else {
-                            self.tiles.prefill_tn
-                        },
-                        wg: self.tiles.wg,
-                        x_vec,
-                    };
+                    let v = self.gemm_variant_of(format, tm, x_vec);
                     let layout = if x_vec { "xvec4" } else { "xscalar" };
                     out.push(RenderedKernel {
                         file: format!("gemm_{format:?}_{}x{}_wg{}_{layout}.wgsl", v.tm, v.tn, v.wg),
@@ -82,7 +59,7 @@ mod tests {
     use super::super::gemm::GemmVariant;
     use super::super::{embed, gemm, templates};
 
-    use super::FORMATS;
+    use crate::quant::WeightFormat;
 
     /// Parses and validates `src` as naga (wgpu's shader compiler) does.
     fn validate(what: &str, src: &str) {
@@ -97,7 +74,7 @@ mod tests {
     // templates"). Now every variant must be valid WGSL with the unrolled tile.
     #[test]
     fn every_variant_renders_valid_wgsl() {
-        for format in FORMATS {
+        for format in WeightFormat::ALL {
             for (tm, tn) in [(1, 4), (1, 16), (4, 8), (8, 8), (16, 16), (32, 16)] {
                 for x_vec in [false, true] {
                     let v = GemmVariant {
@@ -119,6 +96,14 @@ mod tests {
             let v = AttentionVariant { head_dim, w, g };
             validate(&format!("{v:?}"), &attention::source(v).unwrap());
         }
+    }
+
+    #[test]
+    fn every_fixed_kernel_has_its_file() {
+        for name in super::FIXED {
+            assert!(!templates::file(&format!("{name}.wgsl")).is_empty(), "{name}");
+        }
+        assert!(templates::file("no_such.wgsl").is_empty());
     }
 
     #[test]

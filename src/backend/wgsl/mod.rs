@@ -1,7 +1,8 @@
 //! `Kernels`: every WGSL pipeline of the wgpu backend, and the choice of
 //! variant (tile shapes, attention shape) per adapter. The ops themselves are
-//! `Backend` methods (src/backend/wgpu_backend.rs); gemm and embed variants are
-//! compiled per weight format on first `prepare` (at model load) and warmed there.
+//! `Backend` methods (ops.rs); the fixed kernels come from the device's
+//! `PipelineStore` at creation, gemm, embed and attention variants the first
+//! time a step needs them.
 
 pub mod attention;
 mod dump;
@@ -103,19 +104,11 @@ impl Kernels {
             ctx: ctx.clone(),
             tiles: tiles.unwrap_or_else(|| tiles_for(ctx)),
             cpu_shapes: ctx.is_cpu(),
-            rms_norm: k(
-                "rms_norm",
-                include_str!("../../../shaders/rms_norm.wgsl"),
-                &[R, R, RW, R, RW],
-            )?,
-            rope: k("rope", include_str!("../../../shaders/rope.wgsl"), &[R, R, RW])?,
-            silu_mul: k("silu_mul", include_str!("../../../shaders/silu_mul.wgsl"), &[R, RW])?,
-            argmax: k("argmax", include_str!("../../../shaders/argmax.wgsl"), &[R, RW])?,
-            cache_write: k(
-                "cache_write",
-                include_str!("../../../shaders/cache_write.wgsl"),
-                &[R, R, RW, RW],
-            )?,
+            rms_norm: k("rms_norm", templates::file("rms_norm.wgsl"), &[R, R, RW, R, RW])?,
+            rope: k("rope", templates::file("rope.wgsl"), &[R, R, RW])?,
+            silu_mul: k("silu_mul", templates::file("silu_mul.wgsl"), &[R, RW])?,
+            argmax: k("argmax", templates::file("argmax.wgsl"), &[R, RW])?,
+            cache_write: k("cache_write", templates::file("cache_write.wgsl"), &[R, R, RW, RW])?,
             attention: Mutex::default(),
             gemm: Mutex::default(),
             embed: Mutex::default(),
@@ -188,13 +181,19 @@ impl Kernels {
     }
 
     fn gemm_variant(&self, w: &GpuWeight, x: Rows, tm: u32) -> GemmVariant {
+        let x_vec = w.k.is_multiple_of(8) && x.stride.is_multiple_of(4) && x.off.is_multiple_of(4);
+        self.gemm_variant_of(w.format, tm, x_vec)
+    }
+
+    /// The variant for a format, row tile and x layout on this adapter's tiles.
+    pub(crate) fn gemm_variant_of(&self, format: WeightFormat, tm: u32, x_vec: bool) -> GemmVariant {
         let tl = self.tiles;
         GemmVariant {
-            format: w.format,
+            format,
             tm,
             tn: if tm == 1 { tl.decode_tn } else { tl.prefill_tn },
             wg: tl.wg,
-            x_vec: w.k.is_multiple_of(8) && x.stride.is_multiple_of(4) && x.off.is_multiple_of(4),
+            x_vec,
         }
     }
 

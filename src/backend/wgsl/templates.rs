@@ -26,6 +26,12 @@ pub const SHADER_FILES: &[(&str, &str)] = &[
     ("weights.wgsl", include_str!("../../../shaders/weights.wgsl")),
 ];
 
+/// The text of `name` in `SHADER_FILES` (empty for a name not there, which
+/// then fails to compile with the kernel's name in the error).
+pub fn file(name: &str) -> &'static str {
+    SHADER_FILES.iter().find(|(n, _)| *n == name).map_or("", |(_, s)| s)
+}
+
 fn env() -> &'static Environment<'static> {
     static ENV: OnceLock<Environment<'static>> = OnceLock::new();
     ENV.get_or_init(|| {
