@@ -8,6 +8,7 @@ use crate::gpu::PipelineStats;
 pub struct LoadTimings {
     /// Opening the backend (adapter, device), less the pipelines compiled meanwhile.
     pub device: f64,
+    /// Opening the model files, reading the config and building the tokenizer.
     pub tokenizer: f64,
     /// Reading, repacking and uploading every weight.
     pub weights: f64,
