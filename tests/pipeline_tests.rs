@@ -131,3 +131,47 @@ fn a_corrupt_or_foreign_cache_file_is_ignored_and_rewritten() {
         );
     }
 }
+
+#[test]
+fn a_warmed_up_engine_compiles_nothing_when_serving() {
+    let ctx = GpuContext::new(&GpuOptions {
+        pipeline_cache: PipelineCacheDir::Off,
+        ..Default::default()
+    })
+    .unwrap();
+    let store = pipeline_store(&ctx);
+    let mut engine = LlmEngine::with_context(&ctx, &tiny_config("pipelines_warm")).unwrap();
+    let before = store.stats().compiled;
+    assert_eq!(
+        engine.warm_up().unwrap(),
+        5,
+        "1, 4, 8, 16 and 32 rows (32 as one sequence: 16 blocks)"
+    );
+    let warmed = store.stats().compiled;
+    assert!(warmed > before);
+    // Batches of 1 to 20 sequences, prefill chunks and decodes: nothing new to compile.
+    let params = SamplingParams {
+        max_tokens: Some(3),
+        ignore_eos: true,
+        ..SamplingParams::greedy()
+    };
+    for n in [1usize, 3, 7, 20] {
+        for i in 0..n {
+            // Prompts of 1 to 9 repeats: prefill chunks of many sizes.
+            let p = engine
+                .tokenize(&Prompt::Text("hello there ".repeat(1 + (i % 5) * 2)))
+                .unwrap();
+            engine.add_request(p, params.clone()).unwrap();
+        }
+        assert_eq!(engine.warm_up().unwrap(), 0, "no warm-up once requests are in");
+        while engine.has_unfinished() {
+            engine.step().unwrap();
+        }
+    }
+    assert_eq!(
+        store.stats().compiled,
+        warmed,
+        "serving compiled a pipeline the warm-up missed"
+    );
+    engine.check_blocks().unwrap();
+}

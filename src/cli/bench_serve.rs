@@ -120,7 +120,7 @@ pub fn run(a: &BenchServeArgs) -> anyhow::Result<()> {
     let (base, in_process) = match &a.base_url {
         Some(u) => (u.trim_end_matches('/').trim_end_matches("/v1").to_string(), false),
         None => {
-            let engine = a.engine.start()?;
+            let engine = a.engine.start_warm()?;
             let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
             let addr = listener.local_addr()?;
             let cfg = wllm::server::ServerConfig {

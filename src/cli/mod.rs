@@ -113,6 +113,16 @@ impl EngineArgs {
 
     /// Starts an engine and prints what it runs on.
     pub fn start(&self) -> anyhow::Result<wllm::Engine> {
+        self.start_with(false)
+    }
+
+    /// As `start`, for a server: also builds every pipeline its first requests
+    /// will need (`LlmEngine::warm_up`) before it returns.
+    pub fn start_warm(&self) -> anyhow::Result<wllm::Engine> {
+        self.start_with(true)
+    }
+
+    fn start_with(&self, warm: bool) -> anyhow::Result<wllm::Engine> {
         let cfg = self.config()?;
         if cfg.device == wllm::Device::Auto
             && wllm::backend::device::CUDA_BUILT
@@ -121,8 +131,17 @@ impl EngineArgs {
             eprintln!("cuda backend not used ({why}); running on wgpu");
         }
         let t0 = std::time::Instant::now();
-        let engine =
-            wllm::Engine::new(&cfg).with_context(|| format!("starting the engine on {}", cfg.model.display()))?;
+        let mut core =
+            wllm::LlmEngine::new(&cfg).with_context(|| format!("starting the engine on {}", cfg.model.display()))?;
+        if warm {
+            let t = std::time::Instant::now();
+            let steps = core.warm_up().context("warming up the engine's pipelines")?;
+            eprintln!(
+                "warmed up the pipelines in {steps} steps, {:.1} s",
+                t.elapsed().as_secs_f64()
+            );
+        }
+        let engine = wllm::Engine::from_core(core);
         eprintln!("device: {}", engine.adapter());
         eprintln!("{}", engine.kv_plan().describe());
         eprintln!(

@@ -31,7 +31,7 @@ pub fn model_name(path: &std::path::Path) -> String {
 }
 
 pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
-    let engine = a.engine.start()?;
+    let engine = a.engine.start_warm()?;
     let cfg = ServerConfig {
         served_model_name: a
             .served_model_name

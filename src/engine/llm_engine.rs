@@ -174,6 +174,49 @@ impl LlmEngine {
         self.scheduler.has_unfinished()
     }
 
+    /// Builds every pipeline a server will need before its first request:
+    /// pipelines compile when first used, so this runs one throwaway step per
+    /// row count the gemm row tiles cover (1, 4, 8, 16 and 32 rows, within the
+    /// step budget): as that many one-token sequences where the sequence cap and
+    /// the pool allow (the LM head then runs on as many rows), else as one
+    /// sequence of that many tokens. The KV rows written are in free blocks,
+    /// which no request reads before rewriting them. Does nothing once requests
+    /// have been added. Returns the steps run.
+    pub fn warm_up(&mut self) -> Result<usize, EngineError> {
+        let bs = self.plan.block_size;
+        if self.scheduler.has_unfinished() || self.scheduler.blocks.num_free_blocks() < self.plan.num_blocks {
+            return Ok(0);
+        }
+        let cfg = &self.scheduler.cfg;
+        let seqs = cfg.max_num_seqs.min(self.plan.num_blocks);
+        let ids = vec![0u32; 32];
+        let tables: Vec<Vec<u32>> = (0..seqs as u32).map(|b| vec![b]).collect();
+        let long_table: Vec<u32> = (0..32usize.div_ceil(bs) as u32).collect();
+        let mut steps = 0;
+        for n in [1usize, 4, 8, 16, 32] {
+            if n > cfg.max_num_batched_tokens || n.div_ceil(bs) > self.plan.num_blocks {
+                break;
+            }
+            fn one<'a>(ids: &'a [u32], table: &'a [u32], len: usize, bs: usize) -> SeqChunk<'a> {
+                SeqChunk {
+                    token_ids: &ids[..len],
+                    start: 0,
+                    len,
+                    block_table: &table[..len.div_ceil(bs)],
+                    sample: true,
+                }
+            }
+            let chunks: Vec<SeqChunk> = if n <= seqs {
+                tables[..n].iter().map(|t| one(&ids, t, 1, bs)).collect()
+            } else {
+                vec![one(&ids, &long_table, n, bs)]
+            };
+            self.runner.execute(&chunks, false)?;
+            steps += 1;
+        }
+        Ok(steps)
+    }
+
     /// Aborts a request, freeing its blocks now.
     pub fn abort(&mut self, id: SeqId) -> Option<RequestOutput> {
         let mut seq = self.scheduler.finish(id)?;
