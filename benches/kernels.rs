@@ -15,7 +15,11 @@ fn buffer(ks: &Kernels, bytes: usize) -> wgpu::Buffer {
 
 fn main() {
     let ctx = GpuContext::new(&GpuOptions::default()).unwrap_or_else(|e| panic!("{e}"));
-    let ks = Kernels::new(&ctx).unwrap_or_else(|e| panic!("{e}"));
+    // WLLM_GEMM_TILES (as `wllm --gemm-tiles`) benches other tiles than the adapter's.
+    let tiles = std::env::var("WLLM_GEMM_TILES")
+        .ok()
+        .map(|s| s.parse().unwrap_or_else(|e| panic!("WLLM_GEMM_TILES: {e}")));
+    let ks = Kernels::with_tiles(&ctx, tiles).unwrap_or_else(|e| panic!("{e}"));
     println!("adapter: {}", ctx.describe());
 
     // The roofs, measured in this run: the best of several read kernels and

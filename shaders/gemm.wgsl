@@ -1,7 +1,14 @@
 // gemm.wgsl — Y[T,N] = X[T,K] · W[N,K]ᵀ  (weights as stored: one row per output)
 //
 // A template (rendered by src/backend/wgsl/gemm.rs) per weight format, register
-// tile TM x TN, workgroup size WG and x layout; template loops unroll the tile.
+// tile TM x TN, workgroup size WG, x layout and epilogue; template loops unroll
+// the tile.
+//
+// Epilogue `silu` (gate and up in one launch): W's rows interleave gate and up
+// (gate i at row 2i, up i at row 2i+1; TN is even, so both are in one
+// invocation) and the kernel writes y[t, i] = silu(Y[t, 2i]) · Y[t, 2i+1],
+// exactly as silu_mul.wgsl, instead of Y; p.n counts W's rows, y_off and
+// y_stride are in y's (halved) columns.
 //
 // Bindings:
 //   0 p:      Params (uniform)
@@ -124,10 +131,18 @@ a{{ i }}_{{ j }} = fma(x{{ i }}.{{ l }}, w{{ j }}.{{ l }}, a{{ i }}_{{ j }});
 }
 {% endif %}
 {% for i in range(tm) %}
-if (t0 + {{ i }}u < p.t) { let o{{ i }} = p.y_off + (t0 + {{ i }}u) * p.y_stride + n0;
-  {% for j in range(tn) %}
-if (n0 + {{ j }}u < p.n) { y[o{{ i }} + {{ j }}u] = a{{ i }}_{{ j }}; }
-  {% endfor %}
+  {% if silu %}
+if (t0 + {{ i }}u < p.t) { let o{{ i }} = p.y_off + (t0 + {{ i }}u) * p.y_stride + n0 / 2u;
+    {% for j in range(0, tn, 2) %}
+if (n0 + {{ j }}u < p.n) { let g = a{{ i }}_{{ j }}; y[o{{ i }} + {{ j // 2 }}u] = g / (1.0 + exp(-g)) * a{{ i }}_{{ j + 1 }}; }
+    {% endfor %}
 }
+  {% else %}
+if (t0 + {{ i }}u < p.t) { let o{{ i }} = p.y_off + (t0 + {{ i }}u) * p.y_stride + n0;
+    {% for j in range(tn) %}
+if (n0 + {{ j }}u < p.n) { y[o{{ i }} + {{ j }}u] = a{{ i }}_{{ j }}; }
+    {% endfor %}
+}
+  {% endif %}
 {% endfor %}
 }

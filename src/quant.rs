@@ -35,6 +35,8 @@ pub enum FormatError {
     },
     #[error("{format:?} needs the row length to be a multiple of 32, got {k}")]
     BlockAlign { format: WeightFormat, k: usize },
+    #[error("cannot fuse {what}: the matrices differ in format or row length")]
+    Mismatch { what: String },
 }
 
 impl WeightFormat {
@@ -189,4 +191,110 @@ pub fn repack(format: WeightFormat, bytes: &[u8], n: usize, k: usize) -> Result<
         data,
         scales,
     })
+}
+
+impl Repacked {
+    /// Bytes of one row of `data` and of `scales`.
+    fn row_bytes(&self) -> (usize, usize) {
+        (self.data.len() / self.n.max(1), self.scales.len() / self.n.max(1))
+    }
+
+    /// The matrices' rows one after another (`[q; k; v]`): one gemm over the
+    /// result computes each output exactly as a gemm over its own part.
+    pub fn stack_rows(parts: &[Repacked], what: &str) -> Result<Repacked, FormatError> {
+        let first = parts
+            .first()
+            .ok_or_else(|| FormatError::Mismatch { what: what.into() })?;
+        if parts
+            .iter()
+            .any(|p| p.format != first.format || p.k != first.k || p.kp != first.kp)
+        {
+            return Err(FormatError::Mismatch { what: what.into() });
+        }
+        Ok(Repacked {
+            format: first.format,
+            n: parts.iter().map(|p| p.n).sum(),
+            k: first.k,
+            kp: first.kp,
+            data: parts.iter().flat_map(|p| p.data.iter().copied()).collect(),
+            scales: parts.iter().flat_map(|p| p.scales.iter().copied()).collect(),
+        })
+    }
+
+    /// Rows of `a` and `b` alternating (a₀, b₀, a₁, b₁, …): gate and up as
+    /// `Backend::gemm_silu_mul` reads them.
+    pub fn interleave_rows(a: &Repacked, b: &Repacked, what: &str) -> Result<Repacked, FormatError> {
+        if a.format != b.format || a.k != b.k || a.kp != b.kp || a.n != b.n {
+            return Err(FormatError::Mismatch { what: what.into() });
+        }
+        let ((dr, sr), mut data, mut scales) = (a.row_bytes(), Vec::new(), Vec::new());
+        data.reserve(a.data.len() * 2);
+        scales.reserve(a.scales.len() * 2);
+        for i in 0..a.n {
+            for m in [a, b] {
+                data.extend_from_slice(&m.data[i * dr..(i + 1) * dr]);
+                scales.extend_from_slice(&m.scales[i * sr..(i + 1) * sr]);
+            }
+        }
+        Ok(Repacked {
+            format: a.format,
+            n: 2 * a.n,
+            k: a.k,
+            kp: a.kp,
+            data,
+            scales,
+        })
+    }
+}
+
+#[cfg(test)]
+mod fuse_tests {
+    use super::*;
+
+    fn matrix(format: WeightFormat, n: usize, k: usize, seed: u8) -> Repacked {
+        let bytes: Vec<u8> = (0..format.stored_bytes(n, k))
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) & 0x3f)
+            .collect();
+        repack(format, &bytes, n, k).unwrap()
+    }
+
+    #[test]
+    fn stacked_and_interleaved_rows_keep_every_row() {
+        for format in WeightFormat::ALL {
+            let (a, b) = (matrix(format, 3, 64, 1), matrix(format, 3, 64, 2));
+            let c = matrix(format, 2, 64, 3);
+            let s = Repacked::stack_rows(&[a.clone(), b.clone(), c.clone()], "t").unwrap();
+            assert_eq!((s.n, s.data.len()), (8, a.data.len() + b.data.len() + c.data.len()));
+            let (dr, sr) = a.row_bytes();
+            assert_eq!(&s.data[3 * dr..6 * dr], &b.data[..]);
+            assert_eq!(&s.scales[6 * sr..], &c.scales[..]);
+            let il = Repacked::interleave_rows(&a, &b, "t").unwrap();
+            assert_eq!(il.n, 6);
+            for i in 0..3 {
+                assert_eq!(
+                    &il.data[2 * i * dr..(2 * i + 1) * dr],
+                    &a.data[i * dr..(i + 1) * dr],
+                    "{format:?}"
+                );
+                assert_eq!(
+                    &il.data[(2 * i + 1) * dr..(2 * i + 2) * dr],
+                    &b.data[i * dr..(i + 1) * dr]
+                );
+                assert_eq!(
+                    &il.scales[(2 * i + 1) * sr..(2 * i + 2) * sr],
+                    &b.scales[i * sr..(i + 1) * sr]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn mismatched_matrices_are_refused() {
+        let a = matrix(WeightFormat::Q8_0, 2, 64, 1);
+        let b = matrix(WeightFormat::Q4_0, 2, 64, 1);
+        assert!(Repacked::stack_rows(&[a.clone(), b.clone()], "qkv").is_err());
+        assert!(Repacked::interleave_rows(&a, &b, "gate/up").is_err());
+        assert!(Repacked::interleave_rows(&a, &matrix(WeightFormat::Q8_0, 3, 64, 1), "x").is_err());
+        assert!(Repacked::stack_rows(&[], "none").is_err());
+    }
 }

@@ -82,6 +82,24 @@ pub enum RopePairing {
     Adjacent = 1,
 }
 
+/// The rotary embedding's inputs: each token's position and the (cos, sin)
+/// table of `rope_table_scaled`, clamped to `max_pos` rows.
+#[derive(Debug)]
+pub struct RopeArgs<'a, B> {
+    // positions: (T) u32; table: (max_pos, head_dim/2) vec2<f32>
+    pub positions: &'a B,
+    pub table: &'a B,
+    pub max_pos: u32,
+    pub pairing: RopePairing,
+}
+
+impl<B> Clone for RopeArgs<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B> Copy for RopeArgs<'_, B> {}
+
 /// Shape and format of a weight as a backend holds it.
 pub trait WeightInfo {
     fn format(&self) -> WeightFormat;
@@ -189,6 +207,72 @@ pub trait Backend: Send + 'static {
         head_dim: u32,
         pairing: RopePairing,
     ) -> Result<(), Self::Error>;
+
+    /// Whether `gemm_silu_mul` runs (as one kernel); when false the model runs
+    /// gate and up as one stacked `gemm` and then `silu_mul`.
+    fn fuses_gate_up(&self) -> bool {
+        false
+    }
+
+    /// out[t, i] = silu(Y[t, 2i]) · Y[t, 2i + 1] for `t` rows, where Y = X · Wᵀ
+    /// and W interleaves gate and up rows (gate i at row 2i, up i at 2i + 1;
+    /// `quant::Repacked::interleave_rows`): the MLP's gate, up and silu·mul in
+    /// one op. Each Y element is reduced exactly as `gemm` reduces it. Only
+    /// called where `fuses_gate_up` is true.
+    fn gemm_silu_mul(
+        &self,
+        s: &mut Self::Step,
+        w: &Self::Weight,
+        x: Rows<Self::Buffer>,
+        out: Rows<Self::Buffer>,
+        t: u32,
+    ) -> Result<(), Self::Error>;
+
+    /// `rope` of the q and k heads (the first `q_heads + kv_heads` heads) of
+    /// each row of the fused `qkv`, then `cache_write` of its K and V (the
+    /// `kv_heads` heads after the q heads, and those after them): one op where
+    /// the backend fuses them, else the two in turn.
+    fn rope_cache_write(
+        &self,
+        s: &mut Self::Step,
+        qkv: &Self::Buffer,
+        stride: u32,
+        rope: RopeArgs<Self::Buffer>,
+        kv: PagedKv<Self::Buffer>,
+        q_heads: u32,
+        slot_mapping: &Self::Buffer,
+        t: u32,
+    ) -> Result<(), Self::Error> {
+        let hd = kv.head_dim;
+        self.rope(
+            s,
+            qkv,
+            stride,
+            rope.positions,
+            rope.table,
+            rope.max_pos,
+            t,
+            q_heads + kv.kv_heads,
+            hd,
+            rope.pairing,
+        )?;
+        self.cache_write(
+            s,
+            Rows {
+                buf: qkv,
+                off: 0,
+                stride,
+            },
+            q_heads * hd,
+            (q_heads + kv.kv_heads) * hd,
+            kv.kv_heads * hd,
+            slot_mapping,
+            kv.k_cache,
+            kv.v_cache,
+            kv.kv_rows,
+            t,
+        )
+    }
 
     /// out[t, i] = silu(gu[t, i]) · gu[t, inter + i].
     fn silu_mul(

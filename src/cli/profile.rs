@@ -48,6 +48,11 @@ fn op_cost(name: &str, params: &[u8], bufs: &[wllm::gpu::BufSlice], keys: f64) -
         .collect();
     let at = |i: usize| p.get(i).copied().unwrap_or(0.0);
     let family = name.split('_').next().unwrap_or(name);
+    if name == "rope_cache_write" {
+        // q and k heads rotated in place, K written to the cache, V copied.
+        let (t, hq, hk, hd) = (at(0), at(1), at(2), at(3));
+        return (4.0 * t * hd * (2.0 * (hq + hk) + 3.0 * hk) + 4.0 * t * hd, 0.0);
+    }
     match family {
         // Y[t,n] = X[t,k] W[n,k]^T: the weight (and scales) once, x and y.
         "gemm" => {

@@ -1,12 +1,15 @@
 //! The Llama forward pass (candle's shape: `load` + `forward`), recorded as ops
 //! of a `Backend` (wgpu or cuda) into one step:
-//! embed → per layer: rms_norm → q,k,v gemms → rope → cache_write →
-//! paged_attention → o gemm → rms_norm(+residual) → gate,up gemms → silu·mul →
+//! embed → per layer: rms_norm(+residual) → qkv gemm → rope+cache_write →
+//! paged_attention → o gemm → rms_norm(+residual) → gate·up gemm with silu·mul →
 //! down gemm → final rms_norm(+residual) on the sampled rows only → lm_head → argmax.
+//! Seven launches a layer on a backend that fuses them (wgpu); the fused
+//! weights are in `layer_weights`.
 
+use super::layer_weights::{GateUpWeights, QkvWeights, load_gate_up, load_qkv, load_repacked};
 use super::rope::rope_table_scaled;
 use super::{ModelConfig, ModelError, ModelFiles, RawTensor, backend_err};
-use crate::backend::{Backend, PagedKv, Rows, WeightInfo};
+use crate::backend::{Backend, PagedKv, RopeArgs, Rows, WeightInfo};
 use crate::quant;
 
 /// One decoder layer's weights.
@@ -14,15 +17,23 @@ pub struct Layer<B: Backend> {
     // attn_norm, ffn_norm: (hidden) f32
     pub attn_norm: B::Buffer,
     pub ffn_norm: B::Buffer,
-    // q: (heads*hd, hidden), k, v: (kv_heads*hd, hidden), o: (hidden, heads*hd)
-    pub q: B::Weight,
-    pub k: B::Weight,
-    pub v: B::Weight,
+    // qkv: q (heads*hd, hidden), k, v (kv_heads*hd, hidden); o: (hidden, heads*hd)
+    pub qkv: QkvWeights<B::Weight>,
     pub o: B::Weight,
-    // gate, up: (inter, hidden), down: (hidden, inter)
-    pub gate: B::Weight,
-    pub up: B::Weight,
+    // gate_up: gate, up (inter, hidden); down: (hidden, inter)
+    pub gate_up: GateUpWeights<B::Weight>,
     pub down: B::Weight,
+}
+
+impl<B: Backend> Layer<B> {
+    /// Every matrix of the layer.
+    pub fn matrices(&self) -> Vec<&B::Weight> {
+        let mut v = self.qkv.weights();
+        v.push(&self.o);
+        v.extend(self.gate_up.weights());
+        v.push(&self.down);
+        v
+    }
 }
 
 /// The model resident on the GPU.
@@ -138,9 +149,7 @@ fn load_matrix<B: Backend>(
     rows: usize,
     cols: usize,
 ) -> Result<B::Weight, ModelError> {
-    let t = files.tensor(name)?;
-    check_shape(&t, rows, cols)?;
-    let r = quant::repack(t.format, t.bytes, rows, cols)?;
+    let r = load_repacked(files, name, rows, cols)?;
     ks.upload_weight(&r, name).map_err(backend_err)
 }
 
@@ -162,12 +171,9 @@ impl<B: Backend> LlamaModel<B> {
             layers.push(Layer {
                 attn_norm: load_vector(ks, files, &n("attn_norm"), h)?,
                 ffn_norm: load_vector(ks, files, &n("ffn_norm"), h)?,
-                q: load_matrix(ks, files, &n("attn_q"), hq * hd, h)?,
-                k: load_matrix(ks, files, &n("attn_k"), hk * hd, h)?,
-                v: load_matrix(ks, files, &n("attn_v"), hk * hd, h)?,
+                qkv: load_qkv(ks, files, l, hq * hd, hk * hd, h)?,
                 o: load_matrix(ks, files, &n("attn_output"), h, hq * hd)?,
-                gate: load_matrix(ks, files, &n("ffn_gate"), inter, h)?,
-                up: load_matrix(ks, files, &n("ffn_up"), inter, h)?,
+                gate_up: load_gate_up(ks, files, l, inter, h)?,
                 down: load_matrix(ks, files, &n("ffn_down"), h, inter)?,
             });
         }
@@ -183,9 +189,8 @@ impl<B: Backend> LlamaModel<B> {
             .map_err(backend_err)?;
         let mut weight_bytes = embed.device_bytes() + lm_head.as_ref().map_or(0, |w| w.device_bytes());
         for l in &layers {
-            let ws: [&B::Weight; 7] = [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down];
-            for w in ws {
-                weight_bytes += w.device_bytes();
+            for w in l.matrices() {
+                weight_bytes += WeightInfo::device_bytes(w);
             }
             weight_bytes += ks.buffer_bytes(&l.attn_norm) + ks.buffer_bytes(&l.ffn_norm);
         }
@@ -207,13 +212,13 @@ impl<B: Backend> LlamaModel<B> {
         ks.prepare_embed(&self.embed).map_err(backend_err)?;
         let mut seen = std::collections::HashSet::new();
         let l0 = &self.layers[0];
-        for w in [&l0.q, &l0.k, &l0.v, &l0.o, &l0.gate, &l0.up, &l0.down, self.lm_head()] {
+        for w in l0.matrices().into_iter().chain([self.lm_head()]) {
             if seen.insert((w.format(), w.cols().is_multiple_of(8))) {
                 ks.prepare_gemm(w).map_err(backend_err)?;
             }
         }
         for l in &self.layers {
-            for w in [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down] {
+            for w in l.matrices() {
                 if seen.insert((w.format(), w.cols().is_multiple_of(8))) {
                     ks.prepare_gemm(w).map_err(backend_err)?;
                 }
@@ -270,33 +275,14 @@ impl<B: Backend> LlamaModel<B> {
                 off,
                 stride: qkv_w,
             };
-            ks.gemm(enc, &layer.q, x, qkv_at(0), t)?;
-            ks.gemm(enc, &layer.k, x, qkv_at(hq * hd), t)?;
-            ks.gemm(enc, &layer.v, x, qkv_at((hq + hk) * hd), t)?;
-            ks.rope(
-                enc,
-                &b.qkv,
-                qkv_w,
-                f.positions,
-                &self.rope,
-                c.max_context as u32,
-                t,
-                hq + hk,
-                hd,
-                c.rope_pairing,
-            )?;
-            ks.cache_write(
-                enc,
-                qkv_at(0),
-                hq * hd,
-                (hq + hk) * hd,
-                hk * hd,
-                f.slot_mapping,
-                &f.k_cache[l],
-                &f.v_cache[l],
-                f.kv_rows,
-                t,
-            )?;
+            match &layer.qkv {
+                QkvWeights::Stacked(w) => ks.gemm(enc, w, x, qkv_at(0), t)?,
+                QkvWeights::Split { q, k, v } => {
+                    ks.gemm(enc, q, x, qkv_at(0), t)?;
+                    ks.gemm(enc, k, x, qkv_at(hq * hd), t)?;
+                    ks.gemm(enc, v, x, qkv_at((hq + hk) * hd), t)?;
+                }
+            }
             let paged = PagedKv {
                 k_cache: &f.k_cache[l],
                 v_cache: &f.v_cache[l],
@@ -309,6 +295,13 @@ impl<B: Backend> LlamaModel<B> {
                 max_blocks: f.max_blocks,
                 kv_rows: f.kv_rows,
             };
+            let rope = RopeArgs {
+                positions: f.positions,
+                table: &self.rope,
+                max_pos: c.max_context as u32,
+                pairing: c.rope_pairing,
+            };
+            ks.rope_cache_write(enc, &b.qkv, qkv_w, rope, paged, hq, f.slot_mapping, t)?;
             ks.paged_attention(enc, &b.qkv, qkv_w, paged, hq, t, &b.attn)?;
             ks.gemm(
                 enc,
@@ -333,9 +326,20 @@ impl<B: Backend> LlamaModel<B> {
                 off,
                 stride: 2 * inter,
             };
-            ks.gemm(enc, &layer.gate, x, gu_at(0), t)?;
-            ks.gemm(enc, &layer.up, x, gu_at(inter), t)?;
-            ks.silu_mul(enc, &b.gu, &b.act, t, inter)?;
+            match &layer.gate_up {
+                GateUpWeights::Interleaved(w) => {
+                    ks.gemm_silu_mul(enc, w, x, Rows::new(&b.act, c.intermediate), t)?;
+                }
+                GateUpWeights::Stacked(w) => {
+                    ks.gemm(enc, w, x, gu_at(0), t)?;
+                    ks.silu_mul(enc, &b.gu, &b.act, t, inter)?;
+                }
+                GateUpWeights::Split { gate, up } => {
+                    ks.gemm(enc, gate, x, gu_at(0), t)?;
+                    ks.gemm(enc, up, x, gu_at(inter), t)?;
+                    ks.silu_mul(enc, &b.gu, &b.act, t, inter)?;
+                }
+            }
             ks.gemm(
                 enc,
                 &layer.down,

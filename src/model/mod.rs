@@ -4,6 +4,7 @@
 pub mod config;
 pub mod gguf;
 pub mod hf_config;
+pub mod layer_weights;
 pub mod llama;
 pub mod rope;
 pub mod safetensors;

@@ -127,6 +127,20 @@ impl Backend for CudaBackend {
         self.gemm_rows(w, x, y, t)
     }
 
+    fn gemm_silu_mul(
+        &self,
+        _s: &mut CudaStep,
+        _w: &CudaWeight,
+        _x: Rows<CudaBuffer>,
+        _out: Rows<CudaBuffer>,
+        _t: u32,
+    ) -> Result<(), CudaError> {
+        // fuses_gate_up is false here: the model stacks gate and up instead.
+        Err(CudaError::Limit(
+            "gemm_silu_mul is not fused on the cuda backend (the model runs gate/up as one gemm, then silu_mul)".into(),
+        ))
+    }
+
     fn embed(
         &self,
         _s: &mut CudaStep,

@@ -13,7 +13,14 @@ pub struct RenderedKernel {
 }
 
 /// The kernels that are plain WGSL (not templates), by name.
-const FIXED: [&str; 5] = ["rms_norm", "rope", "silu_mul", "argmax", "cache_write"];
+const FIXED: [&str; 6] = [
+    "rms_norm",
+    "rope",
+    "rope_cache_write",
+    "silu_mul",
+    "argmax",
+    "cache_write",
+];
 
 impl Kernels {
     /// Every variant for a model with this attention shape: the fixed kernels,
@@ -30,11 +37,12 @@ impl Kernels {
             .collect();
         for format in WeightFormat::ALL {
             for tm in self.row_tiles_of(format) {
-                for x_vec in [true, false] {
-                    let v = self.gemm_variant_of(format, tm, x_vec);
+                for (x_vec, silu) in [(true, false), (false, false), (true, true)] {
+                    let v = self.gemm_variant_of(format, tm, x_vec, silu);
                     let layout = if x_vec { "xvec4" } else { "xscalar" };
+                    let epilogue = if silu { "_silu" } else { "" };
                     out.push(RenderedKernel {
-                        file: format!("gemm_{format:?}_{}x{}_wg{}_{layout}.wgsl", v.tm, v.tn, v.wg),
+                        file: format!("gemm_{format:?}_{}x{}_wg{}_{layout}{epilogue}.wgsl", v.tm, v.tn, v.wg),
                         source: gemm::source(v)?,
                     });
                 }
@@ -76,17 +84,19 @@ mod tests {
     fn every_variant_renders_valid_wgsl() {
         for format in WeightFormat::ALL {
             for (tm, tn) in [(1, 4), (1, 16), (4, 8), (8, 8), (16, 16), (32, 16)] {
-                for x_vec in [false, true] {
+                for (x_vec, silu) in [(false, false), (true, false), (true, true)] {
                     let v = GemmVariant {
                         format,
                         tm,
                         tn,
                         wg: 8,
                         x_vec,
+                        silu,
                     };
                     let src = gemm::source(v).unwrap();
                     let last = format!("a{}_{} = ", tm - 1, tn - 1);
                     assert!(src.contains(&last), "{v:?}: tile not unrolled");
+                    assert_eq!(src.contains("exp(-g)"), silu, "{v:?}: epilogue");
                     validate(&format!("{v:?}"), &src);
                 }
             }

@@ -10,7 +10,8 @@ use crate::gpu::GpuError;
 use crate::quant::WeightFormat;
 
 /// One compiled variant: format, tile (TM rows x TN columns), workgroup size,
-/// and whether X rows may be read as `vec4` (K % 8 == 0 and aligned strides).
+/// whether X rows may be read as `vec4` (K % 8 == 0 and aligned strides), and
+/// whether the silu·mul epilogue writes silu(gate)·up of interleaved rows (TN even).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GemmVariant {
     pub format: WeightFormat,
@@ -18,6 +19,7 @@ pub struct GemmVariant {
     pub tn: u32,
     pub wg: u32,
     pub x_vec: bool,
+    pub silu: bool,
 }
 
 /// The uniform parameters, laid out as `Params` in gemm.wgsl.
@@ -58,6 +60,7 @@ pub fn source(v: GemmVariant) -> Result<String, GpuError> {
             tn => v.tn,
             wg => v.wg,
             x_vec => v.x_vec,
+            silu => v.silu,
         },
     )
 }

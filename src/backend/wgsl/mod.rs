@@ -61,6 +61,7 @@ pub struct Kernels {
     pub cpu_shapes: bool,
     pub(crate) rms_norm: Arc<Kernel>,
     pub(crate) rope: Arc<Kernel>,
+    pub(crate) rope_cache_write: Arc<Kernel>,
     pub(crate) silu_mul: Arc<Kernel>,
     pub(crate) argmax: Arc<Kernel>,
     pub(crate) cache_write: Arc<Kernel>,
@@ -106,6 +107,11 @@ impl Kernels {
             cpu_shapes: ctx.is_cpu(),
             rms_norm: k("rms_norm", templates::file("rms_norm.wgsl"), &[R, R, RW, R, RW])?,
             rope: k("rope", templates::file("rope.wgsl"), &[R, R, RW])?,
+            rope_cache_write: k(
+                "rope_cache_write",
+                templates::file("rope_cache_write.wgsl"),
+                &[R, R, R, RW, RW, RW],
+            )?,
             silu_mul: k("silu_mul", templates::file("silu_mul.wgsl"), &[R, RW])?,
             argmax: k("argmax", templates::file("argmax.wgsl"), &[R, RW])?,
             cache_write: k("cache_write", templates::file("cache_write.wgsl"), &[R, R, RW, RW])?,
@@ -180,20 +186,23 @@ impl Kernels {
             .unwrap_or(*tiles.last().expect("at least one tile"))
     }
 
-    fn gemm_variant(&self, w: &GpuWeight, x: Rows, tm: u32) -> GemmVariant {
+    fn gemm_variant(&self, w: &GpuWeight, x: Rows, tm: u32, silu: bool) -> GemmVariant {
         let x_vec = w.k.is_multiple_of(8) && x.stride.is_multiple_of(4) && x.off.is_multiple_of(4);
-        self.gemm_variant_of(w.format, tm, x_vec)
+        self.gemm_variant_of(w.format, tm, x_vec, silu)
     }
 
-    /// The variant for a format, row tile and x layout on this adapter's tiles.
-    pub(crate) fn gemm_variant_of(&self, format: WeightFormat, tm: u32, x_vec: bool) -> GemmVariant {
+    /// The variant for a format, row tile, x layout and epilogue on this
+    /// adapter's tiles (the silu epilogue rounds TN up to even).
+    pub(crate) fn gemm_variant_of(&self, format: WeightFormat, tm: u32, x_vec: bool, silu: bool) -> GemmVariant {
         let tl = self.tiles;
+        let tn = if tm == 1 { tl.decode_tn } else { tl.prefill_tn };
         GemmVariant {
             format,
             tm,
-            tn: if tm == 1 { tl.decode_tn } else { tl.prefill_tn },
+            tn: if silu { tn.next_multiple_of(2) } else { tn },
             wg: tl.wg,
             x_vec,
+            silu,
         }
     }
 
@@ -207,7 +216,8 @@ impl Kernels {
         } else {
             &[R, R, RW]
         };
-        let name = format!("gemm_{:?}_{}x{}", v.format, v.tm, v.tn);
+        let epilogue = if v.silu { "_silu" } else { "" };
+        let name = format!("gemm_{:?}_{}x{}{epilogue}", v.format, v.tm, v.tn);
         let k = self.store.kernel(&self.ctx.device, &name, &gemm::source(v)?, storage)?;
         cache.insert(v, k.clone());
         Ok(k)
@@ -236,7 +246,40 @@ impl Kernels {
         t: u32,
         tm: u32,
     ) -> Result<(), GpuError> {
-        let v = self.gemm_variant(w, x, tm);
+        self.gemm_epilogue(enc, w, x, y, t, tm, false)
+    }
+
+    /// `gemm_silu_mul` with the row tile `tm` chosen by the caller.
+    pub fn gemm_silu_mul_with(
+        &self,
+        enc: &mut StepEncoder,
+        w: &GpuWeight,
+        x: Rows,
+        y: Rows,
+        t: u32,
+        tm: u32,
+    ) -> Result<(), GpuError> {
+        if !w.n.is_multiple_of(2) {
+            return Err(GpuError::Limit(format!(
+                "gemm_silu_mul needs interleaved gate/up rows (an even count), got {}",
+                w.n
+            )));
+        }
+        self.gemm_epilogue(enc, w, x, y, t, tm, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_epilogue(
+        &self,
+        enc: &mut StepEncoder,
+        w: &GpuWeight,
+        x: Rows,
+        y: Rows,
+        t: u32,
+        tm: u32,
+        silu: bool,
+    ) -> Result<(), GpuError> {
+        let v = self.gemm_variant(w, x, tm, silu);
         let kernel = self.gemm_kernel(v)?;
         for win in w.windows(self.binding_limit, self.storage_align())? {
             let p = GemmParams {
@@ -247,7 +290,7 @@ impl Kernels {
                 x_stride: x.stride,
                 y_stride: y.stride,
                 x_off: x.off,
-                y_off: y.off + win.row0,
+                y_off: y.off + if silu { win.row0 / 2 } else { win.row0 },
                 w_row: w.w_row() as u32,
                 pad: [0; 3],
             };

@@ -5,7 +5,7 @@
 
 use super::embed::EmbedParams;
 use super::{GpuWeight, Kernels, PagedKv, Rows};
-use crate::backend::{Backend, RopePairing, WeightInfo};
+use crate::backend::{Backend, RopeArgs, RopePairing, WeightInfo};
 use crate::gpu::{BufSlice, GpuError, StepEncoder};
 use crate::quant::{Repacked, WeightFormat};
 
@@ -150,6 +150,45 @@ impl Backend for Kernels {
 
     fn gemm(&self, enc: &mut StepEncoder, w: &GpuWeight, x: Rows, y: Rows, t: u32) -> Result<(), GpuError> {
         self.gemm_with(enc, w, x, y, t, self.row_tile(w, t))
+    }
+
+    fn fuses_gate_up(&self) -> bool {
+        true
+    }
+
+    fn gemm_silu_mul(&self, enc: &mut StepEncoder, w: &GpuWeight, x: Rows, out: Rows, t: u32) -> Result<(), GpuError> {
+        self.gemm_silu_mul_with(enc, w, x, out, t, self.row_tile(w, t))
+    }
+
+    fn rope_cache_write(
+        &self,
+        enc: &mut StepEncoder,
+        qkv: &wgpu::Buffer,
+        stride: u32,
+        rope: RopeArgs<wgpu::Buffer>,
+        kv: PagedKv,
+        q_heads: u32,
+        slot_mapping: &wgpu::Buffer,
+        t: u32,
+    ) -> Result<(), GpuError> {
+        let (hd, hk) = (kv.head_dim, kv.kv_heads);
+        let p = [t, q_heads, hk, hd, stride, rope.pairing as u32, rope.max_pos, 0];
+        let row_bytes = u64::from(hk * hd) * 4;
+        let bufs = [
+            BufSlice::whole(rope.positions),
+            BufSlice::whole(rope.table),
+            BufSlice::whole(slot_mapping),
+            BufSlice::whole(qkv),
+            kv_prefix(kv.k_cache, kv.kv_rows, row_bytes),
+            kv_prefix(kv.v_cache, kv.kv_rows, row_bytes),
+        ];
+        enc.dispatch(
+            &self.rope_cache_write,
+            bytemuck::cast_slice(&p),
+            &bufs,
+            [((q_heads + hk) * hd / 2).div_ceil(64), t, 1],
+        );
+        Ok(())
     }
 
     fn embed(

@@ -22,6 +22,10 @@ pub const SHADER_FILES: &[(&str, &str)] = &[
     ),
     ("rms_norm.wgsl", include_str!("../../../shaders/rms_norm.wgsl")),
     ("rope.wgsl", include_str!("../../../shaders/rope.wgsl")),
+    (
+        "rope_cache_write.wgsl",
+        include_str!("../../../shaders/rope_cache_write.wgsl"),
+    ),
     ("silu_mul.wgsl", include_str!("../../../shaders/silu_mul.wgsl")),
     ("weights.wgsl", include_str!("../../../shaders/weights.wgsl")),
 ];

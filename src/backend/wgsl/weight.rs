@@ -45,6 +45,7 @@ impl GpuWeight {
 
     /// Splits the rows into windows that each bind within `max_binding` bytes at
     /// offsets aligned to `align`: (first row, rows, data slice, scales slice).
+    /// Every window but the last holds an even number of rows.
     pub fn windows(&self, max_binding: u64, align: u64) -> Result<Vec<WeightWindow>, GpuError> {
         let drb = self.w_row() as u64 * 16;
         let srb = if self.format == WeightFormat::Q4_1 { 8 } else { 4 } * self.chunks() as u64;
@@ -58,7 +59,11 @@ impl GpuWeight {
             }]);
         }
         let step_for = |rb: u64| align / gcd(align, rb.max(1));
-        let step = lcm(step_for(drb), if self.scales.is_some() { step_for(srb) } else { 1 });
+        // Even rows per window: a window never splits an interleaved gate/up pair.
+        let step = lcm(
+            lcm(step_for(drb), if self.scales.is_some() { step_for(srb) } else { 1 }),
+            2,
+        );
         let max_rows = max_binding / drb.max(if self.scales.is_some() { srb } else { 1 });
         let rows = max_rows / step * step;
         if rows == 0 {

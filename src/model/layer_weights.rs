@@ -1,0 +1,116 @@
+//! A decoder layer's projection weights as the step reads them: q, k and v
+//! stacked into one matrix (one gemm fills the fused qkv row), and gate and up
+//! interleaved for a backend that fuses silu·mul into their gemm (else stacked,
+//! one gemm then `silu_mul`). Stacking and interleaving only reorder rows, so
+//! every output is reduced exactly as a gemm over its own matrix would: the
+//! fusion changes no bit. Matrices that differ in format stay split.
+
+use super::{ModelError, ModelFiles, backend_err};
+use crate::backend::{Backend, WeightInfo};
+use crate::quant::{self, Repacked};
+
+/// q, k, v: `[q; k; v]` as one matrix where their formats agree.
+pub enum QkvWeights<W> {
+    Stacked(W),
+    Split { q: W, k: W, v: W },
+}
+
+/// gate, up: interleaved (gate i at row 2i, up i at 2i+1) for
+/// `Backend::gemm_silu_mul`, stacked `[gate; up]` for `gemm` + `silu_mul`, or
+/// split where their formats differ.
+pub enum GateUpWeights<W> {
+    Interleaved(W),
+    Stacked(W),
+    Split { gate: W, up: W },
+}
+
+impl<W: WeightInfo> QkvWeights<W> {
+    pub fn weights(&self) -> Vec<&W> {
+        match self {
+            Self::Stacked(w) => vec![w],
+            Self::Split { q, k, v } => vec![q, k, v],
+        }
+    }
+}
+
+impl<W: WeightInfo> GateUpWeights<W> {
+    pub fn weights(&self) -> Vec<&W> {
+        match self {
+            Self::Interleaved(w) | Self::Stacked(w) => vec![w],
+            Self::Split { gate, up } => vec![gate, up],
+        }
+    }
+}
+
+/// Reads and repacks `name`, checking its shape.
+pub fn load_repacked(files: &ModelFiles, name: &str, rows: usize, cols: usize) -> Result<Repacked, ModelError> {
+    let t = files.tensor(name)?;
+    if t.rows != rows || t.cols != cols {
+        return Err(ModelError::Shape {
+            name: t.name.clone(),
+            got: vec![t.rows, t.cols],
+            want: vec![rows, cols],
+        });
+    }
+    Ok(quant::repack(t.format, t.bytes, rows, cols)?)
+}
+
+fn upload<B: Backend>(ks: &B, r: &Repacked, label: &str) -> Result<B::Weight, ModelError> {
+    ks.upload_weight(r, label).map_err(backend_err)
+}
+
+fn same_layout(parts: &[&Repacked]) -> bool {
+    parts
+        .windows(2)
+        .all(|p| p[0].format == p[1].format && p[0].kp == p[1].kp)
+}
+
+/// Loads layer `l`'s q, k, v (`q_rows`, `kv_rows` rows of `hidden`).
+pub fn load_qkv<B: Backend>(
+    ks: &B,
+    files: &ModelFiles,
+    l: usize,
+    q_rows: usize,
+    kv_rows: usize,
+    hidden: usize,
+) -> Result<QkvWeights<B::Weight>, ModelError> {
+    let n = |s: &str| format!("blk.{l}.{s}.weight");
+    let q = load_repacked(files, &n("attn_q"), q_rows, hidden)?;
+    let k = load_repacked(files, &n("attn_k"), kv_rows, hidden)?;
+    let v = load_repacked(files, &n("attn_v"), kv_rows, hidden)?;
+    if same_layout(&[&q, &k, &v]) {
+        let qkv = Repacked::stack_rows(&[q, k, v], "q, k, v")?;
+        return Ok(QkvWeights::Stacked(upload(ks, &qkv, &n("attn_qkv"))?));
+    }
+    Ok(QkvWeights::Split {
+        q: upload(ks, &q, &n("attn_q"))?,
+        k: upload(ks, &k, &n("attn_k"))?,
+        v: upload(ks, &v, &n("attn_v"))?,
+    })
+}
+
+/// Loads layer `l`'s gate and up (`inter` rows of `hidden`) in the layout the
+/// backend runs best.
+pub fn load_gate_up<B: Backend>(
+    ks: &B,
+    files: &ModelFiles,
+    l: usize,
+    inter: usize,
+    hidden: usize,
+) -> Result<GateUpWeights<B::Weight>, ModelError> {
+    let n = |s: &str| format!("blk.{l}.{s}.weight");
+    let gate = load_repacked(files, &n("ffn_gate"), inter, hidden)?;
+    let up = load_repacked(files, &n("ffn_up"), inter, hidden)?;
+    if !same_layout(&[&gate, &up]) {
+        return Ok(GateUpWeights::Split {
+            gate: upload(ks, &gate, &n("ffn_gate"))?,
+            up: upload(ks, &up, &n("ffn_up"))?,
+        });
+    }
+    if ks.fuses_gate_up() {
+        let w = Repacked::interleave_rows(&gate, &up, "gate, up")?;
+        return Ok(GateUpWeights::Interleaved(upload(ks, &w, &n("ffn_gate_up"))?));
+    }
+    let w = Repacked::stack_rows(&[gate, up], "gate, up")?;
+    Ok(GateUpWeights::Stacked(upload(ks, &w, &n("ffn_gate_up"))?))
+}

@@ -1,0 +1,208 @@
+//! The fused kernels give exactly the bits of the ops they replace: the
+//! gate·up gemm with its silu·mul epilogue equals a stacked gemm then
+//! `silu_mul` under every row tile (and a row alone equals it in a batch), and
+//! `rope_cache_write` equals `rope` then `cache_write`. Both also against CPU
+//! references, on awkward sizes.
+
+mod common;
+
+use common::*;
+use wllm::backend::wgsl::{GpuWeight, PagedKv, Rows};
+use wllm::backend::{Backend, RopeArgs, RopePairing};
+use wllm::model::rope::rope_table;
+use wllm::quant::{self, Repacked, WeightFormat};
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|f| f.to_bits()).collect()
+}
+
+/// silu(x·gateᵀ)·(x·upᵀ) on the CPU in f64.
+fn cpu_gate_up(x: &[f32], gate: &[f32], up: &[f32], t: usize, inter: usize, k: usize) -> Vec<f32> {
+    let dot = |w: &[f32], i: usize, j: usize| -> f64 {
+        (0..k)
+            .map(|kk| f64::from(x[i * k + kk]) * f64::from(w[j * k + kk]))
+            .sum()
+    };
+    let mut out = Vec::with_capacity(t * inter);
+    for i in 0..t {
+        for j in 0..inter {
+            let (g, u) = (dot(gate, i, j), dot(up, i, j));
+            out.push((g / (1.0 + (-g).exp()) * u) as f32);
+        }
+    }
+    out
+}
+
+#[test]
+fn gemm_silu_mul_equals_gemm_then_silu_mul_every_format_and_tile() {
+    check_gate_up(kernels());
+}
+
+#[test]
+fn gpu_shaped_gemm_silu_mul_equals_gemm_then_silu_mul() {
+    let mut ks = wllm::backend::wgsl::Kernels::new(&kernels().ctx).unwrap();
+    ks.use_gpu_shapes();
+    check_gate_up(&ks);
+    // An odd TN is rounded up to even for the epilogue.
+    ks.tiles.decode_tn = 3;
+    ks.tiles.prefill_tn = 5;
+    check_gate_up(&ks);
+}
+
+fn check_gate_up(ks: &wllm::backend::wgsl::Kernels) {
+    for (fi, format) in WeightFormat::ALL.into_iter().enumerate() {
+        for (k, inter, t) in [(awkward_k(format), 37usize, 67usize), (576, 100, 3), (576, 9, 1)] {
+            let mut r = rng(40 + fi as u64);
+            let (gb, ub) = (
+                rand_weight_bytes(&mut r, format, inter, k),
+                rand_weight_bytes(&mut r, format, inter, k),
+            );
+            let repack = |b: &[u8]| quant::repack(format, b, inter, k).unwrap();
+            let (g, u) = (repack(&gb), repack(&ub));
+            let il = GpuWeight::upload(&ks.ctx, &Repacked::interleave_rows(&g, &u, "t").unwrap(), "il");
+            let st = GpuWeight::upload(&ks.ctx, &Repacked::stack_rows(&[g, u], "t").unwrap(), "st");
+            let x = rand_vec(&mut r, t * k);
+            let xb = upload(&x);
+            let (gu, unfused) = (zeros(t * 2 * inter), zeros(t * inter));
+            let mut enc = encoder();
+            ks.gemm(&mut enc, &st, Rows::new(&xb, k), Rows::new(&gu, 2 * inter), t as u32)
+                .unwrap();
+            ks.silu_mul(&mut enc, &gu, &unfused, t as u32, inter as u32).unwrap();
+            let tiles = ks.row_tiles(&il);
+            let fused: Vec<wgpu::Buffer> = tiles.iter().map(|_| zeros(t * inter)).collect();
+            for (tm, out) in tiles.iter().zip(&fused) {
+                ks.gemm_silu_mul_with(&mut enc, &il, Rows::new(&xb, k), Rows::new(out, inter), t as u32, *tm)
+                    .unwrap();
+            }
+            let mut reads = vec![(&unfused, t * inter)];
+            reads.extend(fused.iter().map(|b| (b, t * inter)));
+            let outs: Vec<Vec<f32>> = run_read(enc, &reads);
+            for (tm, got) in tiles.iter().zip(&outs[1..]) {
+                assert_eq!(bits(got), bits(&outs[0]), "{format:?} K={k} T={t} tile {tm}");
+            }
+            let gc = quant::dequantize(format, &gb, inter, k).unwrap();
+            let uc = quant::dequantize(format, &ub, inter, k).unwrap();
+            let want = cpu_gate_up(&x, &gc, &uc, t, inter, k);
+            for (i, (a, b)) in outs[0].iter().zip(&want).enumerate() {
+                let tol = 1e-4 * b.abs().max(1.0) * k as f32 / 64.0;
+                assert!((a - b).abs() <= tol, "{format:?} element {i}: got {a} want {b}");
+            }
+        }
+    }
+}
+
+#[test]
+fn gemm_silu_mul_row_alone_equals_row_in_a_batch() {
+    let ks = kernels();
+    let (format, k, inter, t) = (WeightFormat::Q4_1, 576usize, 70usize, 40usize);
+    let mut r = rng(77);
+    let g = quant::repack(format, &rand_weight_bytes(&mut r, format, inter, k), inter, k).unwrap();
+    let u = quant::repack(format, &rand_weight_bytes(&mut r, format, inter, k), inter, k).unwrap();
+    let il = GpuWeight::upload(&ks.ctx, &Repacked::interleave_rows(&g, &u, "t").unwrap(), "il");
+    let x = rand_vec(&mut r, t * k);
+    let (xb, batch) = (upload(&x), zeros(t * inter));
+    let mut enc = encoder();
+    ks.gemm_silu_mul(&mut enc, &il, Rows::new(&xb, k), Rows::new(&batch, inter), t as u32)
+        .unwrap();
+    let batch: Vec<f32> = run_read(enc, &[(&batch, t * inter)]).remove(0);
+    for row in [0usize, 17, 39] {
+        let (x1, y1) = (upload(&x[row * k..(row + 1) * k]), zeros(inter));
+        let mut enc = encoder();
+        ks.gemm_silu_mul(&mut enc, &il, Rows::new(&x1, k), Rows::new(&y1, inter), 1)
+            .unwrap();
+        let one: Vec<f32> = run_read(enc, &[(&y1, inter)]).remove(0);
+        assert_eq!(bits(&one), bits(&batch[row * inter..(row + 1) * inter]), "row {row}");
+    }
+}
+
+#[test]
+fn rope_cache_write_equals_rope_then_cache_write() {
+    let ks = kernels();
+    for (hq, hk, hd, t, pairing) in [
+        (9u32, 3u32, 64u32, 19usize, RopePairing::Adjacent),
+        (4, 4, 32, 5, RopePairing::RotateHalf),
+        (6, 2, 80, 1, RopePairing::RotateHalf),
+    ] {
+        let width = ((hq + 2 * hk) * hd) as usize;
+        let kvw = (hk * hd) as usize;
+        let slots = 3 * t + 5;
+        let mut r = rng(u64::from(hq * hd));
+        let qkv = rand_vec(&mut r, t * width);
+        let pos: Vec<u32> = (0..t as u32).map(|i| (i * 13 + 2) % 40).collect();
+        // Distinct slots, out of order.
+        let slot: Vec<u32> = (0..t as u32).map(|i| (i * 7 + 3) % slots as u32).collect();
+        let table = upload(&rope_table(40, hd as usize, 10000.0));
+        let (pb, sb) = (upload(&pos), upload(&slot));
+        let run = |fused: bool| -> Vec<Vec<f32>> {
+            let (xb, kc, vc) = (upload(&qkv), zeros(slots * kvw), zeros(slots * kvw));
+            let kv = PagedKv {
+                k_cache: &kc,
+                v_cache: &vc,
+                kv_heads: hk,
+                head_dim: hd,
+                block_size: 16,
+                positions: &pb,
+                token_seq: &pb,
+                block_tables: &pb,
+                max_blocks: 1,
+                kv_rows: slots as u32,
+            };
+            let rope = RopeArgs {
+                positions: &pb,
+                table: &table,
+                max_pos: 40,
+                pairing,
+            };
+            let mut enc = encoder();
+            if fused {
+                ks.rope_cache_write(&mut enc, &xb, width as u32, rope, kv, hq, &sb, t as u32)
+                    .unwrap();
+            } else {
+                ks.rope(
+                    &mut enc,
+                    &xb,
+                    width as u32,
+                    &pb,
+                    &table,
+                    40,
+                    t as u32,
+                    hq + hk,
+                    hd,
+                    pairing,
+                )
+                .unwrap();
+                ks.cache_write(
+                    &mut enc,
+                    Rows::new(&xb, width),
+                    hq * hd,
+                    (hq + hk) * hd,
+                    hk * hd,
+                    &sb,
+                    &kc,
+                    &vc,
+                    slots as u32,
+                    t as u32,
+                )
+                .unwrap();
+            }
+            run_read(enc, &[(&xb, t * width), (&kc, slots * kvw), (&vc, slots * kvw)])
+        };
+        let (fused, unfused) = (run(true), run(false));
+        for (what, (a, b)) in ["qkv", "k_cache", "v_cache"].iter().zip(fused.iter().zip(&unfused)) {
+            assert_eq!(bits(a), bits(b), "{what}: hq {hq} hk {hk} hd {hd} T {t}");
+        }
+        // The written slots hold the rotated K and the V of their token.
+        for (i, &s) in slot.iter().enumerate() {
+            let row = &fused[0][i * width..(i + 1) * width];
+            let k_at = (hq * hd) as usize;
+            assert_eq!(
+                &fused[1][s as usize * kvw..(s as usize + 1) * kvw],
+                &row[k_at..k_at + kvw]
+            );
+            assert_eq!(&fused[2][s as usize * kvw..(s as usize + 1) * kvw], &row[k_at + kvw..]);
+            if pos[i] > 0 {
+                assert_ne!(&row[..k_at], &qkv[i * width..i * width + k_at], "q was rotated");
+            }
+        }
+    }
+}
