@@ -13,7 +13,8 @@
 // Bindings:
 //   0 p:      Params (uniform)
 //   1 x:      (T, x_stride) f32, row t at x_off + t*x_stride; vec4<f32> when K % 8 == 0
-//   2 w:      (N, K) weights in the layout of weights.wgsl
+//   2 w:      (N, K) weights in the layout of weights.wgsl; w_tex: the same as a
+//             texture, a texel row per weight row (then 3 is the scales' texture)
 //   3 scales: (N, K/32) f32 d, or vec2(d, m) for Q4_1 — quantised formats only
 //   4 y:      (T, y_stride) f32, row t at y_off + t*y_stride (read_write)
 // Weights larger than one storage binding are bound window by window (rows
@@ -57,7 +58,11 @@ fn load_x8(r: u32, c: u32) -> F8 { let k = 8u * c;
 return F8(vec4<f32>(xs(r, k), xs(r, k + 1u), xs(r, k + 2u), xs(r, k + 3u)),
 vec4<f32>(xs(r, k + 4u), xs(r, k + 5u), xs(r, k + 6u), xs(r, k + 7u))); }
 {% endif %}
+{% if w_tex %}
+{{ weights.tex_bindings(format, 2) -}}
+{% else %}
 {{ weights.bindings(format, 2) -}}
+{% endif %}
 @group(0) @binding({{ 4 if quantized else 3 }}) var<storage, read_write> y: array<f32>;
 @compute @workgroup_size({{ wg }})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -76,7 +81,11 @@ var a{{ i }}_{{ j }} = 0.0;
 {# Quantised: per block b, s = Σ x·q from 0, then acc = fma(d, s, acc) (+ m·Σx for Q4_1). #}
 for (var b = 0u; b < p.chunks; b = b + 1u) {
   {% for j in range(tn) %}
+    {% if w_tex %}
+{{ weights.load_block_tex(format, j, "c" ~ j, "b") -}}
+    {% else %}
 {{ weights.load_block(format, j, "c" ~ j ~ " * p.chunks + b") -}}
+    {% endif %}
     {% for i in range(tm) %}
 var s{{ i }}_{{ j }} = 0.0;
     {% endfor %}
@@ -121,7 +130,7 @@ for (var c = 0u; c < p.chunks; c = c + 1u) {
 let x{{ i }} = load_x8(r{{ i }}, c);
   {% endfor %}
   {% for j in range(tn) %}
-let w{{ j }} = load_w8(c{{ j }} * p.w_row, c);
+let w{{ j }} = {{ "load_w8t(c" ~ j ~ ", c)" if w_tex else "load_w8(c" ~ j ~ " * p.w_row, c)" }};
     {% for i in range(tm) %}
       {% for l in lanes %}
 a{{ i }}_{{ j }} = fma(x{{ i }}.{{ l }}, w{{ j }}.{{ l }}, a{{ i }}_{{ j }});

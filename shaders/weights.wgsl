@@ -66,6 +66,34 @@ fn load_w8(base: u32, c: u32) -> F8 { return dq_{{ format | lower }}(w[base + c]
 @group(0) @binding({{ first + 1 }}) var<storage, read> scales: array<{{ "vec2<f32>" if format == "Q4_1" else "f32" }}>;
 {% endif %}
 {% endmacro %}
+{#
+  The same layouts read from textures (CPU adapters: llvmpipe loads a texel for
+  eight lanes at once, a storage element lane by lane): `w_tex` holds one row
+  of the weight per texel row, a texel per vec4 element (rgba32uint); `s_tex`
+  the scales, a texel per block (rg32float for Q4_1, r32float otherwise).
+  `tex_bindings` declares them with `load_w8t(row, c)` for float formats;
+  `load_block_tex` is `load_block` for block `b` of row `row`.
+#}
+{% macro tex_bindings(format, first) %}
+@group(0) @binding({{ first }}) var w_tex: texture_2d<u32>;
+{% if format == "F32" %}
+fn load_w8t(row: u32, c: u32) -> F8 {
+    return F8(bitcast<vec4<f32>>(textureLoad(w_tex, vec2<u32>(2u * c, row), 0)),
+              bitcast<vec4<f32>>(textureLoad(w_tex, vec2<u32>(2u * c + 1u, row), 0)));
+}
+{% elif format == "F16" or format == "Bf16" %}
+fn load_w8t(row: u32, c: u32) -> F8 { return dq_{{ format | lower }}(textureLoad(w_tex, vec2<u32>(c, row), 0)); }
+{% else %}
+@group(0) @binding({{ first + 1 }}) var s_tex: texture_2d<f32>;
+{% endif %}
+{% endmacro %}
+{% macro load_block_tex(format, j, row, b) %}
+{% if format == "Q8_0" %}
+let qa{{ j }} = textureLoad(w_tex, vec2<u32>(2u * {{ b }}, {{ row }}), 0); let qb{{ j }} = textureLoad(w_tex, vec2<u32>(2u * {{ b }} + 1u, {{ row }}), 0); let d{{ j }} = textureLoad(s_tex, vec2<u32>({{ b }}, {{ row }}), 0).x;
+{% else %}
+let q{{ j }} = textureLoad(w_tex, vec2<u32>({{ b }}, {{ row }}), 0); let d{{ j }} = textureLoad(s_tex, vec2<u32>({{ b }}, {{ row }}), 0).{{ "xy" if format == "Q4_1" else "x" }};
+{% endif %}
+{% endmacro %}
 {% macro load_block(format, j, blk) %}
 {% if format == "Q8_0" %}
 let qa{{ j }} = w[2u * ({{ blk }})]; let qb{{ j }} = w[2u * ({{ blk }}) + 1u]; let d{{ j }} = scales[{{ blk }}];

@@ -157,6 +157,9 @@ fn bits(v: &[f32]) -> Vec<u32> {
 fn large_weights_are_bound_in_windows() {
     let mut small = wllm::backend::wgsl::Kernels::new(&kernels().ctx).unwrap();
     small.binding_limit = 16384;
+    // GPU shapes read the weight from buffer windows (the CPU shapes from
+    // textures): the bits must agree across both.
+    small.use_gpu_shapes();
     for format in WeightFormat::ALL {
         let (t, n, k) = (5usize, 300usize, awkward_k(format));
         let mut r = rng(21);

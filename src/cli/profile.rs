@@ -41,7 +41,7 @@ pub struct ProfileArgs {
 /// The bytes an op's dispatch must move and the flops it must do, from its
 /// parameters (the layouts of the `Params` structs in shaders/) and bindings;
 /// `keys`: keys attended per layer in this step (attention's reads).
-fn op_cost(name: &str, params: &[u8], bufs: &[wllm::gpu::BufSlice], keys: f64) -> (f64, f64) {
+fn op_cost(name: &str, params: &[u8], bufs: &[wllm::gpu::Bound], keys: f64) -> (f64, f64) {
     let p: Vec<f64> = params
         .chunks_exact(4)
         .map(|c| f64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))

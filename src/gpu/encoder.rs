@@ -51,12 +51,47 @@ impl From<&wgpu::Buffer> for BufSlice {
     }
 }
 
+/// A resource bound after the parameters: a buffer range, or a texture read
+/// with `textureLoad` (`bytes`: its size, for the profiler's byte counts).
+#[derive(Clone, Debug)]
+pub enum Bound {
+    Buf(BufSlice),
+    Tex { view: wgpu::TextureView, bytes: u64 },
+}
+
+impl Bound {
+    /// Bytes of the buffer range or texture.
+    pub fn len(&self) -> u64 {
+        match self {
+            Self::Buf(b) => b.len(),
+            Self::Tex { bytes, .. } => *bytes,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl From<BufSlice> for Bound {
+    fn from(b: BufSlice) -> Self {
+        Self::Buf(b)
+    }
+}
+
+/// The bind-cache identity of a `Bound`.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum BoundKey {
+    Buf(wgpu::Buffer, u64, Option<u64>),
+    Tex(wgpu::TextureView),
+}
+
 #[derive(Clone)]
 enum Op {
     Dispatch {
         kernel: Arc<Kernel>,
         params: (u64, u64),
-        bufs: Vec<BufSlice>,
+        bufs: Vec<Bound>,
         groups: [u32; 3],
     },
     Copy {
@@ -71,7 +106,7 @@ enum Op {
 struct BindKey {
     kernel: usize,
     params_len: u64,
-    bufs: Vec<(wgpu::Buffer, u64, Option<u64>)>,
+    bufs: Vec<BoundKey>,
 }
 
 /// Bind groups kept across steps, with the parameter buffer they bind. Holding
@@ -124,6 +159,12 @@ impl StepEncoder {
     /// Records `kernel` over `groups` workgroups with `params` at binding 0 and
     /// `bufs` at bindings 1.. . Zero-sized dispatches are dropped.
     pub fn dispatch(&mut self, kernel: &Arc<Kernel>, params: &[u8], bufs: &[BufSlice], groups: [u32; 3]) {
+        let bound: Vec<Bound> = bufs.iter().cloned().map(Bound::Buf).collect();
+        self.dispatch_bound(kernel, params, bound, groups);
+    }
+
+    /// As `dispatch`, with textures among the bindings.
+    pub fn dispatch_bound(&mut self, kernel: &Arc<Kernel>, params: &[u8], bufs: Vec<Bound>, groups: [u32; 3]) {
         debug_assert_eq!(bufs.len(), kernel.storage.len(), "{}", kernel.name);
         if groups.contains(&0) {
             return;
@@ -138,7 +179,7 @@ impl StepEncoder {
         self.ops.push(Op::Dispatch {
             kernel: kernel.clone(),
             params: (off, len),
-            bufs: bufs.to_vec(),
+            bufs,
             groups,
         });
     }
@@ -166,13 +207,13 @@ impl StepEncoder {
                 }
             };
             let params = &self.params[*off as usize..(*off + *len) as usize];
-            groups[at].1.dispatch(kernel, params, bufs, *g);
+            groups[at].1.dispatch_bound(kernel, params, bufs.clone(), *g);
         }
         groups
     }
 
-    /// (uniform parameters, bound storage slices, workgroups) of each dispatch.
-    pub fn dispatches(&self) -> impl Iterator<Item = (&[u8], &[BufSlice], [u32; 3])> {
+    /// (uniform parameters, bound resources, workgroups) of each dispatch.
+    pub fn dispatches(&self) -> impl Iterator<Item = (&[u8], &[Bound], [u32; 3])> {
         self.ops.iter().filter_map(|op| match op {
             Op::Dispatch {
                 params: (off, len),
@@ -251,11 +292,14 @@ impl StepEncoder {
                             for (j, b) in bufs.iter().enumerate() {
                                 entries.push(wgpu::BindGroupEntry {
                                     binding: j as u32 + 1,
-                                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                                        buffer: &b.buffer,
-                                        offset: b.offset,
-                                        size: b.size.and_then(std::num::NonZeroU64::new),
-                                    }),
+                                    resource: match b {
+                                        Bound::Buf(b) => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                            buffer: &b.buffer,
+                                            offset: b.offset,
+                                            size: b.size.and_then(std::num::NonZeroU64::new),
+                                        }),
+                                        Bound::Tex { view, .. } => wgpu::BindingResource::TextureView(view),
+                                    },
                                 });
                             }
                             device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -269,7 +313,13 @@ impl StepEncoder {
                                 let key = BindKey {
                                     kernel: Arc::as_ptr(kernel) as usize,
                                     params_len: *len,
-                                    bufs: bufs.iter().map(|b| (b.buffer.clone(), b.offset, b.size)).collect(),
+                                    bufs: bufs
+                                        .iter()
+                                        .map(|b| match b {
+                                            Bound::Buf(b) => BoundKey::Buf(b.buffer.clone(), b.offset, b.size),
+                                            Bound::Tex { view, .. } => BoundKey::Tex(view.clone()),
+                                        })
+                                        .collect(),
                                 };
                                 if let Some((_, bg)) = c.groups.get(&key) {
                                     c.reused += 1;

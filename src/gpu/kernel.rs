@@ -1,6 +1,6 @@
 //! A compute pipeline with an explicit bind-group layout: binding 0 is the
-//! dispatch's uniform parameters, the rest are storage buffers in the order the
-//! WGSL declares them.
+//! dispatch's uniform parameters, the rest are storage buffers (or textures)
+//! in the order the WGSL declares them.
 
 use super::GpuError;
 
@@ -9,6 +9,10 @@ use super::GpuError;
 pub enum Binding {
     Read = 0,
     ReadWrite = 1,
+    /// A `texture_2d<u32>` read with `textureLoad`.
+    TexU32 = 2,
+    /// A `texture_2d<f32>` (unfilterable) read with `textureLoad`.
+    TexF32 = 3,
 }
 
 /// A compiled compute pipeline and its layout.
@@ -49,15 +53,24 @@ impl Kernel {
             count: None,
         }];
         for (i, b) in storage.iter().enumerate() {
+            let texture = |sample_type| wgpu::BindingType::Texture {
+                sample_type,
+                view_dimension: wgpu::TextureViewDimension::D2,
+                multisampled: false,
+            };
             entries.push(wgpu::BindGroupLayoutEntry {
                 binding: i as u32 + 1,
                 visibility: wgpu::ShaderStages::COMPUTE,
-                ty: wgpu::BindingType::Buffer {
-                    ty: wgpu::BufferBindingType::Storage {
-                        read_only: *b == Binding::Read,
+                ty: match b {
+                    Binding::TexU32 => texture(wgpu::TextureSampleType::Uint),
+                    Binding::TexF32 => texture(wgpu::TextureSampleType::Float { filterable: false }),
+                    _ => wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Storage {
+                            read_only: *b == Binding::Read,
+                        },
+                        has_dynamic_offset: false,
+                        min_binding_size: None,
                     },
-                    has_dynamic_offset: false,
-                    min_binding_size: None,
                 },
                 count: None,
             });

@@ -8,6 +8,6 @@ mod kernel;
 mod pipelines;
 
 pub use context::{GpuContext, GpuError, GpuOptions};
-pub use encoder::{BindCache, BufSlice, StepEncoder};
+pub use encoder::{BindCache, Bound, BufSlice, StepEncoder};
 pub use kernel::{Binding, Kernel};
 pub use pipelines::{PipelineStats, PipelineStore, user_cache_dir};

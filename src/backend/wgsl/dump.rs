@@ -38,11 +38,16 @@ impl Kernels {
         for format in WeightFormat::ALL {
             for tm in self.row_tiles_of(format) {
                 for (x_vec, silu) in [(true, false), (false, false), (true, true)] {
-                    let v = self.gemm_variant_of(format, tm, x_vec, silu);
+                    let mut v = self.gemm_variant_of(format, tm, x_vec, silu);
+                    v.w_tex = self.cpu_shapes;
                     let layout = if x_vec { "xvec4" } else { "xscalar" };
                     let epilogue = if silu { "_silu" } else { "" };
+                    let tex = if v.w_tex { "_tex" } else { "" };
                     out.push(RenderedKernel {
-                        file: format!("gemm_{format:?}_{}x{}_wg{}_{layout}{epilogue}.wgsl", v.tm, v.tn, v.wg),
+                        file: format!(
+                            "gemm_{format:?}_{}x{}_wg{}_{layout}{epilogue}{tex}.wgsl",
+                            v.tm, v.tn, v.wg
+                        ),
                         source: gemm::source(v)?,
                     });
                 }
@@ -84,7 +89,13 @@ mod tests {
     fn every_variant_renders_valid_wgsl() {
         for format in WeightFormat::ALL {
             for (tm, tn) in [(1, 4), (1, 16), (4, 8), (8, 8), (16, 16), (32, 16)] {
-                for (x_vec, silu) in [(false, false), (true, false), (true, true)] {
+                for (x_vec, silu, w_tex) in [
+                    (false, false, false),
+                    (true, false, false),
+                    (true, true, false),
+                    (false, false, true),
+                    (true, true, true),
+                ] {
                     let v = GemmVariant {
                         format,
                         tm,
@@ -92,6 +103,7 @@ mod tests {
                         wg: 8,
                         x_vec,
                         silu,
+                        w_tex,
                     };
                     let src = gemm::source(v).unwrap();
                     let last = format!("a{}_{} = ", tm - 1, tn - 1);

@@ -20,6 +20,8 @@ pub struct GemmVariant {
     pub wg: u32,
     pub x_vec: bool,
     pub silu: bool,
+    /// Weights (and scales) read from textures (`GpuWeight::tex`).
+    pub w_tex: bool,
 }
 
 /// The uniform parameters, laid out as `Params` in gemm.wgsl.
@@ -61,6 +63,7 @@ pub fn source(v: GemmVariant) -> Result<String, GpuError> {
             wg => v.wg,
             x_vec => v.x_vec,
             silu => v.silu,
+            w_tex => v.w_tex,
         },
     )
 }

@@ -29,8 +29,14 @@ pub use crate::backend::RopePairing;
 pub type Rows<'a> = crate::backend::Rows<'a, wgpu::Buffer>;
 /// The paged KV cache in wgpu buffers.
 pub type PagedKv<'a> = crate::backend::PagedKv<'a, wgpu::Buffer>;
+/// The rows a dispatch of a weight window covers.
+struct WinRows {
+    row0: u32,
+    rows: u32,
+}
+
 use crate::gpu::{
-    BindCache, Binding, BufSlice, GpuContext, GpuError, Kernel, PipelineStats, PipelineStore, StepEncoder,
+    BindCache, Binding, Bound, BufSlice, GpuContext, GpuError, Kernel, PipelineStats, PipelineStore, StepEncoder,
 };
 use crate::quant::WeightFormat;
 
@@ -203,6 +209,7 @@ impl Kernels {
             wg: tl.wg,
             x_vec,
             silu,
+            w_tex: false,
         }
     }
 
@@ -211,13 +218,15 @@ impl Kernels {
         if let Some(k) = cache.get(&v) {
             return Ok(k.clone());
         }
-        let storage: &[Binding] = if v.format.is_quantized() {
-            &[R, R, R, RW]
-        } else {
-            &[R, R, RW]
+        let storage: &[Binding] = match (v.format.is_quantized(), v.w_tex) {
+            (true, false) => &[R, R, R, RW],
+            (false, false) => &[R, R, RW],
+            (true, true) => &[R, Binding::TexU32, Binding::TexF32, RW],
+            (false, true) => &[R, Binding::TexU32, RW],
         };
         let epilogue = if v.silu { "_silu" } else { "" };
-        let name = format!("gemm_{:?}_{}x{}{epilogue}", v.format, v.tm, v.tn);
+        let tex = if v.w_tex { "_tex" } else { "" };
+        let name = format!("gemm_{:?}_{}x{}{epilogue}{tex}", v.format, v.tm, v.tn);
         let k = self.store.kernel(&self.ctx.device, &name, &gemm::source(v)?, storage)?;
         cache.insert(v, k.clone());
         Ok(k)
@@ -279,9 +288,34 @@ impl Kernels {
         tm: u32,
         silu: bool,
     ) -> Result<(), GpuError> {
-        let v = self.gemm_variant(w, x, tm, silu);
+        let mut v = self.gemm_variant(w, x, tm, silu);
+        // Textures on CPU adapters; the GPU shapes read buffers (and are
+        // tested that way on lavapipe too).
+        v.w_tex = self.cpu_shapes && !w.tex.is_empty();
         let kernel = self.gemm_kernel(v)?;
-        for win in w.windows(self.binding_limit, self.storage_align())? {
+        let windows: Vec<(u32, u32, Vec<Bound>)> = if v.w_tex {
+            let tex = w.tex.iter();
+            tex.map(|t| {
+                (
+                    t.row0,
+                    t.rows,
+                    [Some(t.data.clone()), t.scales.clone()].into_iter().flatten().collect(),
+                )
+            })
+            .collect()
+        } else {
+            let bufs = w.windows(self.binding_limit, self.storage_align())?.into_iter();
+            bufs.map(|b| {
+                (
+                    b.row0,
+                    b.rows,
+                    [Some(b.data), b.scales].into_iter().flatten().map(Bound::Buf).collect(),
+                )
+            })
+            .collect()
+        };
+        for (row0, rows, wb) in windows {
+            let win = WinRows { row0, rows };
             let p = GemmParams {
                 t,
                 n: win.rows,
@@ -294,11 +328,11 @@ impl Kernels {
                 w_row: w.w_row() as u32,
                 pad: [0; 3],
             };
-            let mut bufs = vec![BufSlice::whole(x.buf), win.data];
-            bufs.extend(win.scales);
-            bufs.push(BufSlice::whole(y.buf));
+            let mut bufs = vec![Bound::Buf(BufSlice::whole(x.buf))];
+            bufs.extend(wb);
+            bufs.push(Bound::Buf(BufSlice::whole(y.buf)));
             let cols = win.rows.div_ceil(v.tn * v.wg);
-            enc.dispatch(&kernel, bytemuck::bytes_of(&p), &bufs, [cols, t.div_ceil(v.tm), 1]);
+            enc.dispatch_bound(&kernel, bytemuck::bytes_of(&p), bufs, [cols, t.div_ceil(v.tm), 1]);
         }
         Ok(())
     }

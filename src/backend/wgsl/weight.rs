@@ -1,7 +1,10 @@
-//! A weight matrix resident on the GPU in the layout of `quant::repack`.
+//! A weight matrix resident on the GPU in the layout of `quant::repack`: in
+//! storage buffers, and on CPU adapters also as textures, which the gemm reads
+//! there (llvmpipe fetches a texel for all eight lanes of a vector at once, but
+//! loads a storage element lane by lane: 3x the read rate in a probe).
 
 use super::gemm::w_row_len;
-use crate::gpu::{BufSlice, GpuContext, GpuError};
+use crate::gpu::{Bound, BufSlice, GpuContext, GpuError};
 use crate::quant::{Repacked, WeightFormat};
 
 /// `W[n][k]` on the GPU.
@@ -14,6 +17,85 @@ pub struct GpuWeight {
     pub data: wgpu::Buffer,
     // scales: (n, k/32) f32 or vec2<f32>; quantised formats only
     pub scales: Option<wgpu::Buffer>,
+    /// The same rows as textures, in windows of at most the adapter's 2D
+    /// texture height (CPU adapters only; empty elsewhere).
+    pub tex: Vec<WeightTex>,
+}
+
+/// Rows `row0..row0 + rows` of a weight as textures: `data` a texel
+/// (rgba32uint) per vec4 element of a row, `scales` a texel per block.
+#[derive(Clone, Debug)]
+pub struct WeightTex {
+    pub row0: u32,
+    pub rows: u32,
+    pub data: Bound,
+    pub scales: Option<Bound>,
+}
+
+fn texture(ctx: &GpuContext, bytes: &[u8], width: u32, rows: u32, format: wgpu::TextureFormat, label: &str) -> Bound {
+    use wgpu::util::DeviceExt;
+    let tex = ctx.device.create_texture_with_data(
+        &ctx.queue,
+        &wgpu::TextureDescriptor {
+            label: Some(label),
+            size: wgpu::Extent3d {
+                width,
+                height: rows,
+                depth_or_array_layers: 1,
+            },
+            mip_level_count: 1,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format,
+            usage: wgpu::TextureUsages::TEXTURE_BINDING,
+            view_formats: &[],
+        },
+        wgpu::util::TextureDataOrder::LayerMajor,
+        bytes,
+    );
+    Bound::Tex {
+        view: tex.create_view(&wgpu::TextureViewDescriptor::default()),
+        bytes: bytes.len() as u64,
+    }
+}
+
+/// `r` as texture windows, where the adapter can hold its rows (else none).
+fn textures(ctx: &GpuContext, r: &Repacked, label: &str) -> Vec<WeightTex> {
+    let max = ctx.limits.max_texture_dimension_2d as usize;
+    let data_w = w_row_len(r.format, r.k);
+    let blocks = r.k / 32;
+    if r.n == 0 || data_w == 0 || data_w > max || blocks > max {
+        return Vec::new();
+    }
+    let (drb, srb) = (r.data.len() / r.n, r.scales.len() / r.n);
+    let scale_format = if r.format == WeightFormat::Q4_1 {
+        wgpu::TextureFormat::Rg32Float
+    } else {
+        wgpu::TextureFormat::R32Float
+    };
+    (0..r.n)
+        .step_by(max)
+        .map(|row0| {
+            let rows = max.min(r.n - row0);
+            let data = &r.data[row0 * drb..(row0 + rows) * drb];
+            WeightTex {
+                row0: row0 as u32,
+                rows: rows as u32,
+                data: texture(
+                    ctx,
+                    data,
+                    data_w as u32,
+                    rows as u32,
+                    wgpu::TextureFormat::Rgba32Uint,
+                    label,
+                ),
+                scales: r.format.is_quantized().then(|| {
+                    let s = &r.scales[row0 * srb..(row0 + rows) * srb];
+                    texture(ctx, s, blocks as u32, rows as u32, scale_format, label)
+                }),
+            }
+        })
+        .collect()
 }
 
 impl GpuWeight {
@@ -26,6 +108,11 @@ impl GpuWeight {
             k: r.k,
             data: mk(&r.data),
             scales: r.format.is_quantized().then(|| mk(&r.scales)),
+            tex: if ctx.is_cpu() {
+                textures(ctx, r, label)
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -90,9 +177,14 @@ impl GpuWeight {
         Ok(out)
     }
 
-    /// Bytes this weight occupies on the GPU.
+    /// Bytes this weight occupies on the GPU (buffers and textures).
     pub fn gpu_bytes(&self) -> u64 {
-        self.data.size() + self.scales.as_ref().map_or(0, |s| s.size())
+        let tex: u64 = self
+            .tex
+            .iter()
+            .map(|t| t.data.len() + t.scales.as_ref().map_or(0, |s| s.len()))
+            .sum();
+        self.data.size() + self.scales.as_ref().map_or(0, |s| s.size()) + tex
     }
 
     /// Bytes of the weight as stored (what a decode step must read).
