@@ -12,7 +12,8 @@
 //
 // Bindings:
 //   0 p:      Params (uniform)
-//   1 x:      (T, x_stride) f32, row t at x_off + t*x_stride; vec4<f32> when K % 8 == 0
+//   1 x:      (T, x_stride) f32, row t at x_off + t*x_stride; vec4<f32> when K % 8 == 0;
+//             x_tex: the rows copied into a texture (rgba32float, a row per row)
 //   2 w:      (N, K) weights in the layout of weights.wgsl; w_tex: the same as a
 //             texture, a texel row per weight row (then 3 is the scales' texture)
 //   3 scales: (N, K/32) f32 d, or vec2(d, m) for Q4_1 — quantised formats only
@@ -48,7 +49,12 @@ struct Params {
 {% include "weights.wgsl" %}
 {% import "weights.wgsl" as weights %}
 {% set lanes = ["a.x", "a.y", "a.z", "a.w", "b.x", "b.y", "b.z", "b.w"] %}
-{% if x_vec %}
+{% if x_tex %}
+{# x copied into a texture (CPU adapters): r is the row, a texel holds 4 floats. #}
+@group(0) @binding(1) var x_tex: texture_2d<f32>;
+fn load_x8(r: u32, c: u32) -> F8 {
+return F8(textureLoad(x_tex, vec2<u32>(2u * c, r), 0), textureLoad(x_tex, vec2<u32>(2u * c + 1u, r), 0)); }
+{% elif x_vec %}
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
 fn load_x8(r: u32, c: u32) -> F8 { let i = (r >> 2u) + 2u * c; return F8(x[i], x[i + 1u]); }
 {% else %}
@@ -69,7 +75,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 let n0 = gid.x * {{ tn }}u; let t0 = gid.y * {{ tm }}u;
 if (n0 >= p.n || t0 >= p.t) { return; }
 {% for i in range(tm) %}
+  {% if x_tex %}
+let r{{ i }} = min(t0 + {{ i }}u, p.t - 1u);
+  {% else %}
 let r{{ i }} = p.x_off + min(t0 + {{ i }}u, p.t - 1u) * p.x_stride;
+  {% endif %}
 {% endfor %}
 {% for j in range(tn) %}
 let c{{ j }} = min(n0 + {{ j }}u, p.n - 1u);

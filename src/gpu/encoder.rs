@@ -98,6 +98,13 @@ enum Op {
         src: BufSlice,
         dst: BufSlice,
     },
+    /// `rows` rows of `width` 16-byte texels from `src` (rows `width * 16` bytes apart).
+    CopyToTexture {
+        src: BufSlice,
+        dst: wgpu::Texture,
+        width: u32,
+        rows: u32,
+    },
 }
 
 /// What identifies a bind group: the kernel, the parameter slice length and the
@@ -225,13 +232,26 @@ impl StepEncoder {
                 bufs.as_slice(),
                 *groups,
             )),
-            Op::Copy { .. } => None,
+            Op::Copy { .. } | Op::CopyToTexture { .. } => None,
         })
     }
 
     /// Records a buffer-to-buffer copy of `src.len()` bytes.
     pub fn copy(&mut self, src: BufSlice, dst: BufSlice) {
         self.ops.push(Op::Copy { src, dst });
+    }
+
+    /// Records a copy of `rows` rows of `width` 16-byte texels from `src` into
+    /// the top of `dst` (`width * 16` must be a multiple of 256, `src.offset` of 16).
+    pub fn copy_to_texture(&mut self, src: BufSlice, dst: &wgpu::Texture, width: u32, rows: u32) {
+        if rows > 0 {
+            self.ops.push(Op::CopyToTexture {
+                src,
+                dst: dst.clone(),
+                width,
+                rows,
+            });
+        }
     }
 
     fn encode(self) -> (wgpu::CommandEncoder, GpuContext) {
@@ -265,6 +285,30 @@ impl StepEncoder {
             match &self.ops[i] {
                 Op::Copy { src, dst } => {
                     enc.copy_buffer_to_buffer(&src.buffer, src.offset, &dst.buffer, dst.offset, src.len());
+                    i += 1;
+                }
+                Op::CopyToTexture { src, dst, width, rows } => {
+                    enc.copy_buffer_to_texture(
+                        wgpu::TexelCopyBufferInfo {
+                            buffer: &src.buffer,
+                            layout: wgpu::TexelCopyBufferLayout {
+                                offset: src.offset,
+                                bytes_per_row: Some(width * 16),
+                                rows_per_image: None,
+                            },
+                        },
+                        wgpu::TexelCopyTextureInfo {
+                            texture: dst,
+                            mip_level: 0,
+                            origin: wgpu::Origin3d::ZERO,
+                            aspect: wgpu::TextureAspect::All,
+                        },
+                        wgpu::Extent3d {
+                            width: *width,
+                            height: *rows,
+                            depth_or_array_layers: 1,
+                        },
+                    );
                     i += 1;
                 }
                 Op::Dispatch { .. } => {

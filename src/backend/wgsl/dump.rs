@@ -40,6 +40,7 @@ impl Kernels {
                 for (x_vec, silu) in [(true, false), (false, false), (true, true)] {
                     let mut v = self.gemm_variant_of(format, tm, x_vec, silu);
                     v.w_tex = self.cpu_shapes;
+                    v.x_tex = self.cpu_shapes && x_vec;
                     let layout = if x_vec { "xvec4" } else { "xscalar" };
                     let epilogue = if silu { "_silu" } else { "" };
                     let tex = if v.w_tex { "_tex" } else { "" };
@@ -89,12 +90,13 @@ mod tests {
     fn every_variant_renders_valid_wgsl() {
         for format in WeightFormat::ALL {
             for (tm, tn) in [(1, 4), (1, 16), (4, 8), (8, 8), (16, 16), (32, 16)] {
-                for (x_vec, silu, w_tex) in [
-                    (false, false, false),
-                    (true, false, false),
-                    (true, true, false),
-                    (false, false, true),
-                    (true, true, true),
+                for (x_vec, silu, w_tex, x_tex) in [
+                    (false, false, false, false),
+                    (true, false, false, false),
+                    (true, true, false, false),
+                    (false, false, true, false),
+                    (true, true, true, true),
+                    (true, false, false, true),
                 ] {
                     let v = GemmVariant {
                         format,
@@ -104,6 +106,7 @@ mod tests {
                         x_vec,
                         silu,
                         w_tex,
+                        x_tex,
                     };
                     let src = gemm::source(v).unwrap();
                     let last = format!("a{}_{} = ", tm - 1, tn - 1);

@@ -22,6 +22,8 @@ pub struct GemmVariant {
     pub silu: bool,
     /// Weights (and scales) read from textures (`GpuWeight::tex`).
     pub w_tex: bool,
+    /// x rows read from a texture they are copied into (`Kernels::x_texture`).
+    pub x_tex: bool,
 }
 
 /// The uniform parameters, laid out as `Params` in gemm.wgsl.
@@ -64,6 +66,7 @@ pub fn source(v: GemmVariant) -> Result<String, GpuError> {
             x_vec => v.x_vec,
             silu => v.silu,
             w_tex => v.w_tex,
+            x_tex => v.x_tex,
         },
     )
 }

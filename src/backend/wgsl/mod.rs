@@ -73,6 +73,8 @@ pub struct Kernels {
     pub(crate) cache_write: Arc<Kernel>,
     attention: Mutex<HashMap<attention::AttentionVariant, Arc<Kernel>>>,
     gemm: Mutex<HashMap<GemmVariant, Arc<Kernel>>>,
+    /// Textures gemm copies x rows into on CPU adapters, one per (buffer, row stride).
+    x_tex: Mutex<HashMap<(wgpu::Buffer, u32), wgpu::Texture>>,
     embed: Mutex<HashMap<WeightFormat, Arc<Kernel>>>,
     /// Largest byte range one storage binding may cover (weights beyond it are
     /// bound window by window).
@@ -123,6 +125,7 @@ impl Kernels {
             cache_write: k("cache_write", templates::file("cache_write.wgsl"), &[R, R, RW, RW])?,
             attention: Mutex::default(),
             gemm: Mutex::default(),
+            x_tex: Mutex::default(),
             embed: Mutex::default(),
             dummy: dummy(),
             dummy_rw: dummy(),
@@ -210,7 +213,40 @@ impl Kernels {
             x_vec,
             silu,
             w_tex: false,
+            x_tex: false,
         }
+    }
+
+    /// The texture x's rows are copied into for a gemm of `t` rows, where x
+    /// can be (CPU adapters; rows of whole 256-byte multiples at a 16-byte
+    /// aligned offset, within the adapter's texture size).
+    fn x_texture(&self, x: Rows, t: u32) -> Option<wgpu::Texture> {
+        let max = self.ctx.limits.max_texture_dimension_2d;
+        let fits = (x.stride * 4).is_multiple_of(256) && x.off.is_multiple_of(4) && x.stride / 4 <= max;
+        let rows = u32::try_from(x.buf.size() / 4 / u64::from(x.stride.max(1)))
+            .ok()?
+            .min(max);
+        if !self.cpu_shapes || !fits || t == 0 || rows < t || u64::from(x.off + t * x.stride) * 4 > x.buf.size() {
+            return None;
+        }
+        let mut cache = self.x_tex.lock().unwrap_or_else(|e| e.into_inner());
+        let tex = cache.entry((x.buf.clone(), x.stride)).or_insert_with(|| {
+            self.ctx.device.create_texture(&wgpu::TextureDescriptor {
+                label: Some("gemm x"),
+                size: wgpu::Extent3d {
+                    width: x.stride / 4,
+                    height: rows,
+                    depth_or_array_layers: 1,
+                },
+                mip_level_count: 1,
+                sample_count: 1,
+                dimension: wgpu::TextureDimension::D2,
+                format: wgpu::TextureFormat::Rgba32Float,
+                usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+                view_formats: &[],
+            })
+        });
+        Some(tex.clone())
     }
 
     fn gemm_kernel(&self, v: GemmVariant) -> Result<Arc<Kernel>, GpuError> {
@@ -218,14 +254,20 @@ impl Kernels {
         if let Some(k) = cache.get(&v) {
             return Ok(k.clone());
         }
+        let xb = if v.x_tex { Binding::TexF32 } else { R };
         let storage: &[Binding] = match (v.format.is_quantized(), v.w_tex) {
-            (true, false) => &[R, R, R, RW],
-            (false, false) => &[R, R, RW],
-            (true, true) => &[R, Binding::TexU32, Binding::TexF32, RW],
-            (false, true) => &[R, Binding::TexU32, RW],
+            (true, false) => &[xb, R, R, RW],
+            (false, false) => &[xb, R, RW],
+            (true, true) => &[xb, Binding::TexU32, Binding::TexF32, RW],
+            (false, true) => &[xb, Binding::TexU32, RW],
         };
         let epilogue = if v.silu { "_silu" } else { "" };
-        let tex = if v.w_tex { "_tex" } else { "" };
+        let tex = match (v.w_tex, v.x_tex) {
+            (true, true) => "_tex",
+            (true, false) => "_wtex",
+            (false, true) => "_xtex",
+            (false, false) => "",
+        };
         let name = format!("gemm_{:?}_{}x{}{epilogue}{tex}", v.format, v.tm, v.tn);
         let k = self.store.kernel(&self.ctx.device, &name, &gemm::source(v)?, storage)?;
         cache.insert(v, k.clone());
@@ -292,6 +334,19 @@ impl Kernels {
         // Textures on CPU adapters; the GPU shapes read buffers (and are
         // tested that way on lavapipe too).
         v.w_tex = self.cpu_shapes && !w.tex.is_empty();
+        let x_tex = if v.x_vec { self.x_texture(x, t) } else { None };
+        v.x_tex = x_tex.is_some();
+        let x_bound = match &x_tex {
+            Some(tex) => {
+                let src = BufSlice::range(x.buf, u64::from(x.off) * 4, u64::from(t * x.stride) * 4);
+                enc.copy_to_texture(src, tex, x.stride / 4, t);
+                Bound::Tex {
+                    view: tex.create_view(&wgpu::TextureViewDescriptor::default()),
+                    bytes: u64::from(t * x.stride) * 4,
+                }
+            }
+            None => Bound::Buf(BufSlice::whole(x.buf)),
+        };
         let kernel = self.gemm_kernel(v)?;
         let windows: Vec<(u32, u32, Vec<Bound>)> = if v.w_tex {
             let tex = w.tex.iter();
@@ -328,7 +383,7 @@ impl Kernels {
                 w_row: w.w_row() as u32,
                 pad: [0; 3],
             };
-            let mut bufs = vec![Bound::Buf(BufSlice::whole(x.buf))];
+            let mut bufs = vec![x_bound.clone()];
             bufs.extend(wb);
             bufs.push(Bound::Buf(BufSlice::whole(y.buf)));
             let cols = win.rows.div_ceil(v.tn * v.wg);
