@@ -30,6 +30,8 @@ pub struct EngineConfig {
     pub gemm_tiles: Option<GemmTiles>,
     /// cuda: row count from which gemm uses cuBLAS (0 = never); `None`: 32.
     pub cublas_min_t: Option<u32>,
+    /// The step time a step with decodes aims at (its prefill chunk is cut to fit).
+    pub step_target: StepTarget,
 }
 
 impl Default for EngineConfig {
@@ -47,6 +49,43 @@ impl Default for EngineConfig {
             pipeline_cache: PipelineCacheDir::User,
             gemm_tiles: None,
             cublas_min_t: None,
+            step_target: StepTarget::Auto,
+        }
+    }
+}
+
+/// The step time a step with decodes aims at.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum StepTarget {
+    /// 2.5 × the predicted decode step of all live requests (`engine::step_budget`).
+    #[default]
+    Auto,
+    /// Milliseconds.
+    Ms(f64),
+    /// No target: every step may batch `max_num_batched_tokens`.
+    Off,
+}
+
+impl std::str::FromStr for StepTarget {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "off" | "none" => Ok(Self::Off),
+            ms => match ms.parse::<f64>() {
+                Ok(v) if v.is_finite() && v > 0.0 => Ok(Self::Ms(v)),
+                _ => Err(format!("step target {s:?}: want auto, off, or milliseconds above 0")),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for StepTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Auto => write!(f, "auto"),
+            Self::Off => write!(f, "off"),
+            Self::Ms(v) => write!(f, "{v}"),
         }
     }
 }

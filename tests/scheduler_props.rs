@@ -3,6 +3,7 @@
 
 use proptest::prelude::*;
 use wllm::SamplingParams;
+use wllm::engine::step_budget::{StepBudget, StepTarget};
 use wllm::engine::{BlockManager, BlockTable, Scheduler, SchedulerConfig, Sequence};
 
 #[derive(Debug, Clone)]
@@ -87,8 +88,10 @@ proptest! {
         prop_assert_eq!(bm.num_free_blocks(), 40);
     }
 
-    /// Over random arrivals: the token budget and max_num_seqs hold every step,
-    /// the block books balance, and every admitted request finishes.
+    /// Over random arrivals, with each step's budget from a `StepBudget` fed a
+    /// synthetic step cost: the step's budget (never above
+    /// max_num_batched_tokens) and max_num_seqs hold every step, the block books
+    /// balance, and every admitted request finishes.
     #[test]
     fn scheduler_respects_budget_and_finishes_everything(
         reqs in prop::collection::vec((1usize..120, 1usize..40, 0usize..4), 1..30),
@@ -96,7 +99,9 @@ proptest! {
         max_seqs in 1usize..8,
         blocks in 16usize..48,
         caching in any::<bool>(),
+        target in prop::sample::select(vec![StepTarget::Off, StepTarget::Auto, StepTarget::Ms(5.0), StepTarget::Ms(60.0)]),
     ) {
+        let mut step_budget = StepBudget::new(target);
         let bs = 8;
         let cfg = SchedulerConfig { max_num_batched_tokens: budget, max_num_seqs: max_seqs, max_model_len: blocks * bs };
         let mut s = Scheduler::new(cfg, BlockManager::new(blocks, bs, caching));
@@ -120,9 +125,13 @@ proptest! {
             }
             step += 1;
             prop_assert!(step < 20_000, "no progress");
-            let out = s.schedule();
+            let tokens = step_budget.max_tokens(s.decode_rows(), s.live(), bs, budget);
+            prop_assert!(tokens <= budget);
+            let out = s.schedule_within(tokens);
             let total: usize = out.scheduled.iter().map(|(_, n)| n).sum();
-            prop_assert!(total <= budget, "{} tokens over a budget of {}", total, budget);
+            prop_assert!(total <= tokens, "{} tokens over a budget of {}", total, tokens);
+            prop_assert_eq!(total, out.num_batched_tokens);
+            step_budget.cost.observe(total, 10.0 + 2.0 * total as f64);
             prop_assert!(s.running.len() <= max_seqs);
             // Work waiting and nothing running: the step must admit something.
             if s.has_unfinished() && out.preempted.is_empty() {

@@ -61,6 +61,11 @@ pub struct EngineArgs {
     /// cuda: row count from which gemm uses cuBLAS, 0 = never (default 32).
     #[arg(long, global = true, env = "WLLM_CUBLAS_MIN_T")]
     pub cublas_min_t: Option<u32>,
+    /// Step time a step with running decodes aims at: its prefill chunk is cut to fit, from the
+    /// measured cost of a token. auto = 2.5 x a decode step of every live request; a number is
+    /// milliseconds; off = always up to --max-num-batched-tokens.
+    #[arg(long, global = true, default_value = "auto")]
+    pub step_target: wllm::config::StepTarget,
 }
 
 impl EngineArgs {
@@ -108,6 +113,7 @@ impl EngineArgs {
             },
             gemm_tiles: self.gemm_tiles,
             cublas_min_t: self.cublas_min_t,
+            step_target: self.step_target,
         })
     }
 

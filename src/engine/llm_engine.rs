@@ -14,6 +14,7 @@ use super::output::{RequestMetrics, RequestOutput};
 use super::postprocess::{postprocess_token, request_metrics};
 use super::scheduler::{Scheduler, SchedulerConfig};
 use super::sequence::{FinishReason, SeqId, SeqStatus, Sequence};
+use super::step_budget::StepBudget;
 use super::{BlockManager, EngineError};
 use crate::backend::wgsl::Kernels;
 use crate::backend::{Backend, OpenBackend};
@@ -41,6 +42,8 @@ pub struct LlmEngine {
     pub plan: KvPlan,
     pub runner: Box<dyn StepRunner>,
     pub scheduler: Scheduler,
+    /// Each step's token budget, from the measured cost of the steps so far.
+    pub budget: StepBudget,
     pub metrics: Metrics,
     next_id: SeqId,
     static_bytes: u64,
@@ -125,6 +128,7 @@ impl LlmEngine {
             model_config,
             plan,
             scheduler: Scheduler::new(sched_cfg, blocks),
+            budget: StepBudget::new(cfg.step_target),
             runner: Box::new(runner),
             metrics: Metrics::default(),
             next_id: 0,
@@ -233,7 +237,13 @@ impl LlmEngine {
 
     /// Runs one step and returns the outputs it produced.
     pub fn step(&mut self) -> Result<Vec<RequestOutput>, EngineError> {
-        let plan = self.scheduler.schedule();
+        let tokens = self.budget.max_tokens(
+            self.scheduler.decode_rows(),
+            self.scheduler.live(),
+            self.plan.block_size,
+            self.scheduler.cfg.max_num_batched_tokens,
+        );
+        let plan = self.scheduler.schedule_within(tokens);
         self.metrics.num_preemptions_total = self.scheduler.num_preemptions;
         self.metrics.prefix_cache_queries_total = self.scheduler.prefix_queries;
         self.metrics.prefix_cache_hits_total = self.scheduler.prefix_hits;
@@ -258,7 +268,11 @@ impl LlmEngine {
                 }
             })
             .collect();
+        let started = Instant::now();
         let result = self.runner.execute(&chunks, want_logits)?;
+        self.budget
+            .cost
+            .observe(plan.num_batched_tokens, started.elapsed().as_secs_f64() * 1e3);
         drop(chunks);
         self.metrics.num_steps_total += 1;
         let now = Instant::now();

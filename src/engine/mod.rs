@@ -13,6 +13,7 @@ mod output;
 mod postprocess;
 pub mod scheduler;
 pub mod sequence;
+pub mod step_budget;
 mod step_buffers;
 mod stop_checker;
 

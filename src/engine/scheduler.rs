@@ -5,7 +5,9 @@
 //! first served, while `max_num_seqs` and free blocks allow. When a running
 //! request needs a block and none is free, the most recently admitted request
 //! is preempted: its blocks are released and it returns to the front of the
-//! queue, to be recomputed (cheaply, through the prefix cache).
+//! queue, to be recomputed (cheaply, through the prefix cache). The engine may
+//! give a step a smaller budget (`schedule_within`, from `StepBudget`) so that
+//! decodes are not stalled behind long prefill chunks.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -81,10 +83,32 @@ impl Scheduler {
         self.waiting.push_front(id);
     }
 
-    /// Chooses this step's work.
+    /// Running requests whose next step is a decode (one token).
+    pub fn decode_rows(&self) -> usize {
+        self.running
+            .iter()
+            .filter(|id| {
+                let s = &self.seqs[id];
+                s.num_tokens() == s.num_computed_tokens + 1
+            })
+            .count()
+    }
+
+    /// Requests running or waiting, up to `max_num_seqs`: the batch the engine serves.
+    pub fn live(&self) -> usize {
+        (self.running.len() + self.waiting.len()).min(self.cfg.max_num_seqs)
+    }
+
+    /// Chooses this step's work within `max_num_batched_tokens`.
     pub fn schedule(&mut self) -> SchedulerOutput {
+        self.schedule_within(self.cfg.max_num_batched_tokens)
+    }
+
+    /// Chooses this step's work within `tokens` (capped by `max_num_batched_tokens`).
+    pub fn schedule_within(&mut self, tokens: usize) -> SchedulerOutput {
         let mut out = SchedulerOutput::default();
-        let mut budget = self.cfg.max_num_batched_tokens;
+        let cap = tokens.min(self.cfg.max_num_batched_tokens);
+        let mut budget = cap;
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let id = self.running[i];
@@ -140,7 +164,7 @@ impl Scheduler {
                 budget -= need;
             }
         }
-        out.num_batched_tokens = self.cfg.max_num_batched_tokens - budget;
+        out.num_batched_tokens = cap - budget;
         out
     }
 
