@@ -10,6 +10,14 @@
 // exactly as silu_mul.wgsl, instead of Y; p.n counts W's rows, y_off and
 // y_stride are in y's (halved) columns.
 //
+// Epilogue `rope` (qkv, rope and the cache write in one launch): W is q, k, v
+// stacked, its q and k rows ordered so that each rotated pair is two adjacent
+// rows (rotate-half checkpoints: rows i and i + head_dim/2 of a head moved to
+// 2i, 2i+1); the kernel rotates each q and k pair exactly as rope.wgsl, writes
+// every column back to its place in the qkv row, and K and V also to the paged
+// cache at slot_mapping[t] (as rope_cache_write.wgsl). Extra bindings: 5 pos,
+// 6 table, 7 slot_mapping, 8 k_cache, 9 v_cache.
+//
 // Bindings:
 //   0 p:      Params (uniform)
 //   1 x:      (T, x_stride) f32, row t at x_off + t*x_stride; vec4<f32> when K % 8 == 0;
@@ -40,9 +48,13 @@ struct Params {
     x_off: u32,
     y_off: u32,
     w_row: u32,    // w array elements per weight row
+    col0: u32,     // rope epilogue: W's first row in this dispatch (y_off excludes it)
+    q_w: u32,      // rope epilogue: q columns (heads · head_dim), then kv_w K, kv_w V
+    kv_w: u32,
+    hd: u32,       // rope epilogue: head_dim, pairing (0 rotate-half, 1 adjacent), table rows
+    pairing: u32,
+    max_pos: u32,
     _p0: u32,
-    _p1: u32,
-    _p2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -70,6 +82,45 @@ vec4<f32>(xs(r, k + 4u), xs(r, k + 5u), xs(r, k + 6u), xs(r, k + 7u))); }
 {{ weights.bindings(format, 2) -}}
 {% endif %}
 @group(0) @binding({{ 4 if quantized else 3 }}) var<storage, read_write> y: array<f32>;
+{% if rope %}
+{% set b0 = 5 if quantized else 4 %}
+@group(0) @binding({{ b0 }}) var<storage, read> pos: array<u32>;
+@group(0) @binding({{ b0 + 1 }}) var<storage, read> table: array<vec2<f32>>;
+@group(0) @binding({{ b0 + 2 }}) var<storage, read> slot_mapping: array<u32>;
+@group(0) @binding({{ b0 + 3 }}) var<storage, read_write> k_cache: array<f32>;
+@group(0) @binding({{ b0 + 4 }}) var<storage, read_write> v_cache: array<f32>;
+// Rotates (q and k columns) and stores the pair at W rows c, c + 1 of row t.
+fn store_pair(t: u32, c: u32, a: f32, b: f32) {
+    var y0 = a;
+    var y1 = b;
+    var ca = c;
+    var cb = c + 1u;
+    let qk = p.q_w + p.kv_w;
+    if (c < qk) {
+        let half_d = p.hd / 2u;
+        let h = c / p.hd;
+        let i = (c % p.hd) / 2u;
+        if (p.pairing == 0u) {
+            ca = h * p.hd + i;
+            cb = ca + half_d;
+        }
+        let cs = table[min(pos[t], p.max_pos - 1u) * half_d + i];
+        y0 = a * cs.x - b * cs.y;
+        y1 = a * cs.y + b * cs.x;
+    }
+    let o = p.y_off + t * p.y_stride;
+    y[o + ca] = y0;
+    y[o + cb] = y1;
+    let slot = slot_mapping[t] * p.kv_w;
+    if (c >= qk) {
+        v_cache[slot + ca - qk] = y0;
+        v_cache[slot + cb - qk] = y1;
+    } else if (c >= p.q_w) {
+        k_cache[slot + ca - p.q_w] = y0;
+        k_cache[slot + cb - p.q_w] = y1;
+    }
+}
+{% endif %}
 @compute @workgroup_size({{ wg }})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 let n0 = gid.x * {{ tn }}u; let t0 = gid.y * {{ tm }}u;
@@ -150,7 +201,13 @@ a{{ i }}_{{ j }} = fma(x{{ i }}.{{ l }}, w{{ j }}.{{ l }}, a{{ i }}_{{ j }});
 }
 {% endif %}
 {% for i in range(tm) %}
-  {% if silu %}
+  {% if rope %}
+if (t0 + {{ i }}u < p.t) {
+    {% for j in range(0, tn, 2) %}
+if (n0 + {{ j }}u < p.n) { store_pair(t0 + {{ i }}u, p.col0 + n0 + {{ j }}u, a{{ i }}_{{ j }}, a{{ i }}_{{ j + 1 }}); }
+    {% endfor %}
+}
+  {% elif silu %}
 if (t0 + {{ i }}u < p.t) { let o{{ i }} = p.y_off + (t0 + {{ i }}u) * p.y_stride + n0 / 2u;
     {% for j in range(0, tn, 2) %}
 if (n0 + {{ j }}u < p.n) { let g = a{{ i }}_{{ j }}; y[o{{ i }} + {{ j // 2 }}u] = g / (1.0 + exp(-g)) * a{{ i }}_{{ j + 1 }}; }

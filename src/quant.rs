@@ -195,7 +195,7 @@ pub fn repack(format: WeightFormat, bytes: &[u8], n: usize, k: usize) -> Result<
 
 impl Repacked {
     /// Bytes of one row of `data` and of `scales`.
-    fn row_bytes(&self) -> (usize, usize) {
+    pub fn row_bytes(&self) -> (usize, usize) {
         (self.data.len() / self.n.max(1), self.scales.len() / self.n.max(1))
     }
 
@@ -219,6 +219,22 @@ impl Repacked {
             data: parts.iter().flat_map(|p| p.data.iter().copied()).collect(),
             scales: parts.iter().flat_map(|p| p.scales.iter().copied()).collect(),
         })
+    }
+
+    /// Row `order[i]` of `self` as row i (`order` a permutation of 0..n).
+    pub fn permute_rows(&self, order: &[usize]) -> Repacked {
+        let (dr, sr) = self.row_bytes();
+        let mut data = Vec::with_capacity(self.data.len());
+        let mut scales = Vec::with_capacity(self.scales.len());
+        for &r in order {
+            data.extend_from_slice(&self.data[r * dr..(r + 1) * dr]);
+            scales.extend_from_slice(&self.scales[r * sr..(r + 1) * sr]);
+        }
+        Repacked {
+            data,
+            scales,
+            ..self.clone()
+        }
     }
 
     /// Rows of `a` and `b` alternating (a₀, b₀, a₁, b₁, …): gate and up as

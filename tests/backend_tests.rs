@@ -86,5 +86,7 @@ fn engine_decode_steps_reuse_their_bind_groups() {
     assert_eq!(tokens, 8);
     let (made_after, reused_after) = counts();
     assert_eq!(made_after, made, "decode steps of the same shape made new bind groups");
-    assert!(reused_after - reused >= 6 * 30, "reused {} -> {}", reused, reused_after);
+    // Six more decode steps of at least 18 dispatches each (7 a layer, two
+    // layers, and embed, final norm, LM head, argmax), every one reused.
+    assert!(reused_after - reused >= 6 * 18, "reused {} -> {}", reused, reused_after);
 }

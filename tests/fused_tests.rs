@@ -1,7 +1,8 @@
 //! The fused kernels give exactly the bits of the ops they replace: the
 //! gate·up gemm with its silu·mul epilogue equals a stacked gemm then
-//! `silu_mul` under every row tile (and a row alone equals it in a batch), and
-//! `rope_cache_write` equals `rope` then `cache_write`. Both also against CPU
+//! `silu_mul` under every row tile (and a row alone equals it in a batch),
+//! `rope_cache_write` equals `rope` then `cache_write`, and the qkv gemm with
+//! its rope epilogue equals the qkv gemm then `rope_cache_write`. Both also against CPU
 //! references, on awkward sizes.
 
 mod common;
@@ -9,6 +10,7 @@ mod common;
 use common::*;
 use wllm::backend::wgsl::{GpuWeight, PagedKv, Rows};
 use wllm::backend::{Backend, RopeArgs, RopePairing};
+use wllm::model::layer_weights::pair_rope_rows;
 use wllm::model::rope::rope_table;
 use wllm::quant::{self, Repacked, WeightFormat};
 
@@ -202,6 +204,92 @@ fn rope_cache_write_equals_rope_then_cache_write() {
             assert_eq!(&fused[2][s as usize * kvw..(s as usize + 1) * kvw], &row[k_at + kvw..]);
             if pos[i] > 0 {
                 assert_ne!(&row[..k_at], &qkv[i * width..i * width + k_at], "q was rotated");
+            }
+        }
+    }
+}
+
+/// The qkv gemm with its rope epilogue (q and k rows paired by
+/// `pair_rope_rows`) writes exactly the qkv rows and cache rows of the qkv
+/// gemm then `rope_cache_write`, under every row tile, both pairings, on the
+/// CPU shapes (textures) and the GPU shapes (buffers).
+#[test]
+fn gemm_rope_kv_equals_gemm_then_rope_cache_write() {
+    let mut gpu = wllm::backend::wgsl::Kernels::new(&kernels().ctx).unwrap();
+    gpu.use_gpu_shapes();
+    // Each shape set with a quantised and a float format, both pairings
+    // (every tile compiles its own pipeline: two formats each keep this short).
+    let cases = [
+        (WeightFormat::Q4_1, 9u32, 3u32, 64u32, 7usize, RopePairing::Adjacent),
+        (WeightFormat::F16, 3, 1, 16, 1, RopePairing::RotateHalf),
+        (WeightFormat::Q8_0, 4, 2, 32, 19, RopePairing::RotateHalf),
+        (WeightFormat::F32, 2, 2, 8, 33, RopePairing::Adjacent),
+    ];
+    for (ks, shapes, cases) in [(kernels(), "cpu", &cases[..2]), (&gpu, "gpu", &cases[2..])] {
+        assert!(ks.fuses_qkv_rope(), "{shapes}");
+        for (fi, &(format, hq, hk, hd, t, pairing)) in cases.iter().enumerate() {
+            let (k, width) = (576usize, ((hq + 2 * hk) * hd) as usize);
+            let (q_rows, kv_rows) = ((hq * hd) as usize, (hk * hd) as usize);
+            let mut r = rng(90 + fi as u64);
+            let parts: Vec<Repacked> = [q_rows, kv_rows, kv_rows]
+                .iter()
+                .map(|&n| quant::repack(format, &rand_weight_bytes(&mut r, format, n, k), n, k).unwrap())
+                .collect();
+            let plain = GpuWeight::upload(&ks.ctx, &Repacked::stack_rows(&parts, "t").unwrap(), "qkv");
+            let hdu = hd as usize;
+            let paired = [
+                pair_rope_rows(&parts[0], hdu, pairing),
+                pair_rope_rows(&parts[1], hdu, pairing),
+                parts[2].clone(),
+            ];
+            let fused_w = GpuWeight::upload(&ks.ctx, &Repacked::stack_rows(&paired, "t").unwrap(), "qkv");
+            let x = rand_vec(&mut r, t * k);
+            let pos: Vec<u32> = (0..t as u32).map(|i| (i * 5 + 1) % 30).collect();
+            let slots = 2 * t + 3;
+            let slot: Vec<u32> = (0..t as u32).map(|i| (i * 7 + 2) % slots as u32).collect();
+            let (xb, pb, sb) = (upload(&x), upload(&pos), upload(&slot));
+            let table = upload(&rope_table(30, hdu, 10000.0));
+            let rope = RopeArgs {
+                positions: &pb,
+                table: &table,
+                max_pos: 30,
+                pairing,
+            };
+            let kvw = kv_rows;
+            let run = |tm: Option<u32>| -> Vec<Vec<f32>> {
+                let (qkv, kc, vc) = (zeros(t * width), zeros(slots * kvw), zeros(slots * kvw));
+                let kv = PagedKv {
+                    k_cache: &kc,
+                    v_cache: &vc,
+                    kv_heads: hk,
+                    head_dim: hd,
+                    block_size: 16,
+                    positions: &pb,
+                    token_seq: &pb,
+                    block_tables: &pb,
+                    max_blocks: 1,
+                    kv_rows: slots as u32,
+                };
+                let mut enc = encoder();
+                let (xr, yr) = (Rows::new(&xb, k), Rows::new(&qkv, width));
+                match tm {
+                    Some(tm) => ks
+                        .gemm_rope_kv_with(&mut enc, &fused_w, xr, yr, rope, kv, hq, &sb, t as u32, tm)
+                        .unwrap(),
+                    None => {
+                        ks.gemm(&mut enc, &plain, xr, yr, t as u32).unwrap();
+                        ks.rope_cache_write(&mut enc, &qkv, width as u32, rope, kv, hq, &sb, t as u32)
+                            .unwrap();
+                    }
+                }
+                run_read(enc, &[(&qkv, t * width), (&kc, slots * kvw), (&vc, slots * kvw)])
+            };
+            let want = run(None);
+            for tm in ks.row_tiles(&fused_w) {
+                let got = run(Some(tm));
+                for (what, (a, b)) in ["qkv", "k_cache", "v_cache"].iter().zip(got.iter().zip(&want)) {
+                    assert_eq!(bits(a), bits(b), "{shapes} {format:?} {pairing:?} tile {tm}: {what}");
+                }
             }
         }
     }

@@ -144,9 +144,10 @@ fn a_warmed_up_engine_compiles_nothing_when_serving() {
     let before = store.stats().compiled;
     assert_eq!(
         engine.warm_up().unwrap(),
-        5,
-        "1, 4, 8, 16 and 32 rows (32 as one sequence: 16 blocks)"
+        11,
+        "1, 4, 8, 16 and 32 rows (32 as one sequence: 16 blocks), then again timed, and 64 tokens timed"
     );
+    assert!(engine.budget.cost.fit().is_some(), "the timed steps seed the step cost");
     let warmed = store.stats().compiled;
     assert!(warmed > before);
     // Batches of 1 to 20 sequences, prefill chunks and decodes: nothing new to compile.

@@ -69,16 +69,16 @@ fn profile_prints_a_row_per_kernel_against_the_roofs() {
     assert!(text.contains("read roof") && text.contains("FMA roof"), "{text}");
     assert!(text.contains("### decode, batch 2, 8 tokens of context each"), "{text}");
     assert!(text.contains("### prefill chunk of 16 tokens"), "{text}");
-    for kernel in [
-        "gemm_",
-        "paged_attention_",
-        "rms_norm",
-        "rope",
-        "silu_mul",
-        "cache_write",
-        "argmax",
-        "embed_",
-    ] {
+    for kernel in ["gemm_", "paged_attention_", "rms_norm", "argmax", "embed_"] {
         assert!(text.contains(&format!("| {kernel}")), "no row for {kernel}:\n{text}");
+    }
+    // Rope with the cache write, and silu·mul: in the gemms' epilogues where
+    // the matrices share a format, else their own kernels (this tiny model
+    // mixes formats within a layer).
+    for (epilogue, own) in [("_rope", "| rope_cache_write"), ("_silu", "| silu_mul")] {
+        let row = text
+            .lines()
+            .any(|l| (l.starts_with("| gemm_") && l.contains(epilogue)) || l.starts_with(own));
+        assert!(row, "no row for {epilogue} or {own}:\n{text}");
     }
 }

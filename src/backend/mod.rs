@@ -228,6 +228,31 @@ pub trait Backend: Send + 'static {
         t: u32,
     ) -> Result<(), Self::Error>;
 
+    /// Whether `gemm_rope_kv` runs (as one kernel); when false the model runs
+    /// the qkv `gemm` and then `rope_cache_write`.
+    fn fuses_qkv_rope(&self) -> bool {
+        false
+    }
+
+    /// The qkv `gemm`, then `rope_cache_write`, as one op: W stacks q, k, v
+    /// (`q_heads`, `kv.kv_heads`, `kv.kv_heads` heads of `kv.head_dim` rows),
+    /// its q and k rows ordered so each rotated pair is two adjacent rows
+    /// (`layer_weights::pair_rope_rows`). Each qkv element is reduced exactly
+    /// as `gemm` reduces it and rotated exactly as `rope` rotates it. Only
+    /// called where `fuses_qkv_rope` is true.
+    fn gemm_rope_kv(
+        &self,
+        s: &mut Self::Step,
+        w: &Self::Weight,
+        x: Rows<Self::Buffer>,
+        qkv: Rows<Self::Buffer>,
+        rope: RopeArgs<Self::Buffer>,
+        kv: PagedKv<Self::Buffer>,
+        q_heads: u32,
+        slot_mapping: &Self::Buffer,
+        t: u32,
+    ) -> Result<(), Self::Error>;
+
     /// `rope` of the q and k heads (the first `q_heads + kv_heads` heads) of
     /// each row of the fused `qkv`, then `cache_write` of its K and V (the
     /// `kv_heads` heads after the q heads, and those after them): one op where

@@ -57,7 +57,14 @@ fn op_cost(name: &str, params: &[u8], bufs: &[wllm::gpu::Bound], keys: f64) -> (
         // Y[t,n] = X[t,k] W[n,k]^T: the weight (and scales) once, x and y.
         "gemm" => {
             let (t, n, k) = (at(0), at(1), at(2));
-            let weights: u64 = bufs[1..bufs.len() - 1].iter().map(|b| b.len()).sum();
+            // gemm_{format}_...: the weight at binding 2 (and its scales at 3).
+            let quantized = name.split('_').nth(1).is_some_and(|f| f.starts_with('Q'));
+            let weights: u64 = bufs
+                .iter()
+                .skip(1)
+                .take(1 + usize::from(quantized))
+                .map(|b| b.len())
+                .sum();
             (weights as f64 + 4.0 * t * (k + n), 2.0 * t * n * k)
         }
         // t rows of d: read x (and the residual, written back), write y.

@@ -184,8 +184,11 @@ impl LlmEngine {
     /// step budget): as that many one-token sequences where the sequence cap and
     /// the pool allow (the LM head then runs on as many rows), else as one
     /// sequence of that many tokens. The KV rows written are in free blocks,
-    /// which no request reads before rewriting them. Does nothing once requests
-    /// have been added. Returns the steps run.
+    /// which no request reads before rewriting them. Then it runs the same
+    /// steps again, timed, and 64 tokens of one sequence, to seed the step
+    /// cost `StepBudget` fits (so the first burst of requests already gets
+    /// stall-free steps). Does nothing once requests have been added. Returns
+    /// the steps run.
     pub fn warm_up(&mut self) -> Result<usize, EngineError> {
         let bs = self.plan.block_size;
         if self.scheduler.has_unfinished() || self.scheduler.blocks.num_free_blocks() < self.plan.num_blocks {
@@ -193,11 +196,13 @@ impl LlmEngine {
         }
         let cfg = &self.scheduler.cfg;
         let seqs = cfg.max_num_seqs.min(self.plan.num_blocks);
-        let ids = vec![0u32; 32];
+        let ids = vec![0u32; 64];
         let tables: Vec<Vec<u32>> = (0..seqs as u32).map(|b| vec![b]).collect();
-        let long_table: Vec<u32> = (0..32usize.div_ceil(bs) as u32).collect();
+        let long_table: Vec<u32> = (0..64usize.div_ceil(bs) as u32).collect();
         let mut steps = 0;
-        for n in [1usize, 4, 8, 16, 32] {
+        let sizes = [1usize, 4, 8, 16, 32];
+        let timed = sizes.iter().chain(&[64]).map(|&n| (n, true));
+        for (n, time) in sizes.iter().map(|&n| (n, false)).chain(timed) {
             if n > cfg.max_num_batched_tokens || n.div_ceil(bs) > self.plan.num_blocks {
                 break;
             }
@@ -215,7 +220,11 @@ impl LlmEngine {
             } else {
                 vec![one(&ids, &long_table, n, bs)]
             };
+            let started = Instant::now();
             self.runner.execute(&chunks, false)?;
+            if time {
+                self.budget.cost.observe(n, started.elapsed().as_secs_f64() * 1e3);
+            }
             steps += 1;
         }
         Ok(steps)

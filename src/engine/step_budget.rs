@@ -3,15 +3,15 @@
 //! stall-free batching). The engine feeds it every step's measured time; it
 //! fits `ms ≈ fixed + per_token · tokens` (least squares, older steps decaying)
 //! and, when a step carries decodes, caps its tokens so that the step's
-//! predicted time stays within the target: by default 2.5 × a decode step of
+//! predicted time stays within the target: by default 2 × a decode step of
 //! every live request (so an inter-token latency with a prefill chunk in it is
-//! at most ~2.5 × a plain one). Steps without decodes, and every step before
+//! at most ~2 × a plain one). Steps without decodes, and every step before
 //! the fit has data, use the hard cap `max_num_batched_tokens` (vLLM's).
 
 pub use crate::config::StepTarget;
 
 /// The auto target, in decode steps.
-pub const AUTO_FACTOR: f64 = 2.5;
+pub const AUTO_FACTOR: f64 = 2.0;
 
 /// Least-squares fit of step milliseconds on batched tokens, each new step
 /// weighing 1 and older ones decaying by `DECAY` per step.

@@ -1,16 +1,21 @@
 //! A decoder layer's projection weights as the step reads them: q, k and v
-//! stacked into one matrix (one gemm fills the fused qkv row), and gate and up
+//! stacked into one matrix (one gemm fills the fused qkv row; where the
+//! backend also fuses rope and the cache write into it, the q and k rows of
+//! each rotated pair side by side), and gate and up
 //! interleaved for a backend that fuses silu·mul into their gemm (else stacked,
 //! one gemm then `silu_mul`). Stacking and interleaving only reorder rows, so
 //! every output is reduced exactly as a gemm over its own matrix would: the
 //! fusion changes no bit. Matrices that differ in format stay split.
 
 use super::{ModelError, ModelFiles, backend_err};
-use crate::backend::{Backend, WeightInfo};
+use crate::backend::{Backend, RopePairing, WeightInfo};
 use crate::quant::{self, Repacked};
 
-/// q, k, v: `[q; k; v]` as one matrix where their formats agree.
+/// q, k, v: `[q; k; v]` as one matrix where their formats agree, for
+/// `Backend::gemm_rope_kv` (`RopeFused`, rows paired by `pair_rope_rows`) or
+/// for `gemm` then `rope_cache_write` (`Stacked`).
 pub enum QkvWeights<W> {
+    RopeFused(W),
     Stacked(W),
     Split { q: W, k: W, v: W },
 }
@@ -27,7 +32,7 @@ pub enum GateUpWeights<W> {
 impl<W: WeightInfo> QkvWeights<W> {
     pub fn weights(&self) -> Vec<&W> {
         match self {
-            Self::Stacked(w) => vec![w],
+            Self::RopeFused(w) | Self::Stacked(w) => vec![w],
             Self::Split { q, k, v } => vec![q, k, v],
         }
     }
@@ -65,7 +70,24 @@ fn same_layout(parts: &[&Repacked]) -> bool {
         .all(|p| p[0].format == p[1].format && p[0].kp == p[1].kp)
 }
 
-/// Loads layer `l`'s q, k, v (`q_rows`, `kv_rows` rows of `hidden`).
+/// `r`'s rows (heads of `hd` rows) ordered so that each rotated pair is two
+/// adjacent rows: rotate-half pairs (i, i + hd/2) move to (2i, 2i + 1);
+/// adjacent pairs already are.
+pub fn pair_rope_rows(r: &Repacked, hd: usize, pairing: RopePairing) -> Repacked {
+    if pairing == RopePairing::Adjacent || hd == 0 {
+        return r.clone();
+    }
+    let order: Vec<usize> = (0..r.n)
+        .map(|row| {
+            let (h, w) = (row / hd, row % hd);
+            h * hd + w / 2 + (w % 2) * (hd / 2)
+        })
+        .collect();
+    r.permute_rows(&order)
+}
+
+/// Loads layer `l`'s q, k, v (`q_rows`, `kv_rows` rows of `hidden`; heads of `hd`).
+#[allow(clippy::too_many_arguments)]
 pub fn load_qkv<B: Backend>(
     ks: &B,
     files: &ModelFiles,
@@ -73,11 +95,18 @@ pub fn load_qkv<B: Backend>(
     q_rows: usize,
     kv_rows: usize,
     hidden: usize,
+    hd: usize,
+    pairing: RopePairing,
 ) -> Result<QkvWeights<B::Weight>, ModelError> {
     let n = |s: &str| format!("blk.{l}.{s}.weight");
     let q = load_repacked(files, &n("attn_q"), q_rows, hidden)?;
     let k = load_repacked(files, &n("attn_k"), kv_rows, hidden)?;
     let v = load_repacked(files, &n("attn_v"), kv_rows, hidden)?;
+    if same_layout(&[&q, &k, &v]) && ks.fuses_qkv_rope() && hd.is_multiple_of(2) {
+        let (q, k) = (pair_rope_rows(&q, hd, pairing), pair_rope_rows(&k, hd, pairing));
+        let qkv = Repacked::stack_rows(&[q, k, v], "q, k, v")?;
+        return Ok(QkvWeights::RopeFused(upload(ks, &qkv, &n("attn_qkv"))?));
+    }
     if same_layout(&[&q, &k, &v]) {
         let qkv = Repacked::stack_rows(&[q, k, v], "q, k, v")?;
         return Ok(QkvWeights::Stacked(upload(ks, &qkv, &n("attn_qkv"))?));

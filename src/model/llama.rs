@@ -1,7 +1,7 @@
 //! The Llama forward pass (candle's shape: `load` + `forward`), recorded as ops
 //! of a `Backend` (wgpu or cuda) into one step:
-//! embed → per layer: rms_norm(+residual) → qkv gemm → rope+cache_write →
-//! paged_attention → o gemm → rms_norm(+residual) → gate·up gemm with silu·mul →
+//! embed → per layer: rms_norm(+residual) → qkv gemm with rope and the cache
+//! write → paged_attention → o gemm → rms_norm(+residual) → gate·up gemm with silu·mul →
 //! down gemm → final rms_norm(+residual) on the sampled rows only → lm_head → argmax.
 //! Seven launches a layer on a backend that fuses them (wgpu); the fused
 //! weights are in `layer_weights`.
@@ -171,7 +171,7 @@ impl<B: Backend> LlamaModel<B> {
             layers.push(Layer {
                 attn_norm: load_vector(ks, files, &n("attn_norm"), h)?,
                 ffn_norm: load_vector(ks, files, &n("ffn_norm"), h)?,
-                qkv: load_qkv(ks, files, l, hq * hd, hk * hd, h)?,
+                qkv: load_qkv(ks, files, l, hq * hd, hk * hd, h, hd, cfg.rope_pairing)?,
                 o: load_matrix(ks, files, &n("attn_output"), h, hq * hd)?,
                 gate_up: load_gate_up(ks, files, l, inter, h)?,
                 down: load_matrix(ks, files, &n("ffn_down"), h, inter)?,
@@ -275,14 +275,6 @@ impl<B: Backend> LlamaModel<B> {
                 off,
                 stride: qkv_w,
             };
-            match &layer.qkv {
-                QkvWeights::Stacked(w) => ks.gemm(enc, w, x, qkv_at(0), t)?,
-                QkvWeights::Split { q, k, v } => {
-                    ks.gemm(enc, q, x, qkv_at(0), t)?;
-                    ks.gemm(enc, k, x, qkv_at(hq * hd), t)?;
-                    ks.gemm(enc, v, x, qkv_at((hq + hk) * hd), t)?;
-                }
-            }
             let paged = PagedKv {
                 k_cache: &f.k_cache[l],
                 v_cache: &f.v_cache[l],
@@ -301,7 +293,21 @@ impl<B: Backend> LlamaModel<B> {
                 max_pos: c.max_context as u32,
                 pairing: c.rope_pairing,
             };
-            ks.rope_cache_write(enc, &b.qkv, qkv_w, rope, paged, hq, f.slot_mapping, t)?;
+            match &layer.qkv {
+                QkvWeights::RopeFused(w) => {
+                    ks.gemm_rope_kv(enc, w, x, qkv_at(0), rope, paged, hq, f.slot_mapping, t)?
+                }
+                QkvWeights::Stacked(w) => {
+                    ks.gemm(enc, w, x, qkv_at(0), t)?;
+                    ks.rope_cache_write(enc, &b.qkv, qkv_w, rope, paged, hq, f.slot_mapping, t)?;
+                }
+                QkvWeights::Split { q, k, v } => {
+                    ks.gemm(enc, q, x, qkv_at(0), t)?;
+                    ks.gemm(enc, k, x, qkv_at(hq * hd), t)?;
+                    ks.gemm(enc, v, x, qkv_at((hq + hk) * hd), t)?;
+                    ks.rope_cache_write(enc, &b.qkv, qkv_w, rope, paged, hq, f.slot_mapping, t)?;
+                }
+            }
             ks.paged_attention(enc, &b.qkv, qkv_w, paged, hq, t, &b.attn)?;
             ks.gemm(
                 enc,

@@ -5,7 +5,7 @@ use super::CudaError;
 use super::exec::Arg::{self, F32, Ptr, U32};
 use super::program::format_suffix;
 use super::{CudaBackend, CudaBuffer, CudaStep, CudaWeight};
-use crate::backend::{Backend, PagedKv, RopePairing, Rows};
+use crate::backend::{Backend, PagedKv, RopeArgs, RopePairing, Rows};
 use crate::quant::Repacked;
 
 /// Grid dimensions y and z are limited to 65535 blocks.
@@ -138,6 +138,25 @@ impl Backend for CudaBackend {
         // fuses_gate_up is false here: the model stacks gate and up instead.
         Err(CudaError::Limit(
             "gemm_silu_mul is not fused on the cuda backend (the model runs gate/up as one gemm, then silu_mul)".into(),
+        ))
+    }
+
+    fn gemm_rope_kv(
+        &self,
+        _s: &mut CudaStep,
+        _w: &CudaWeight,
+        _x: Rows<CudaBuffer>,
+        _qkv: Rows<CudaBuffer>,
+        _rope: RopeArgs<CudaBuffer>,
+        _kv: PagedKv<CudaBuffer>,
+        _q_heads: u32,
+        _slot_mapping: &CudaBuffer,
+        _t: u32,
+    ) -> Result<(), CudaError> {
+        // fuses_qkv_rope is false here: the model runs gemm, then rope_cache_write.
+        Err(CudaError::Limit(
+            "gemm_rope_kv is not fused on the cuda backend (the model runs the qkv gemm, then rope and the cache write)"
+                .into(),
         ))
     }
 

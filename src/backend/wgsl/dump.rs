@@ -24,7 +24,7 @@ const FIXED: [&str; 6] = [
 
 impl Kernels {
     /// Every variant for a model with this attention shape: the fixed kernels,
-    /// gemm in every format × row tile × x layout, embed in every format, and
+    /// gemm in every format × row tile × x layout × epilogue, embed in every format, and
     /// the attention variant chosen for `head_dim` and the GQA group.
     pub fn rendered_variants(&self, head_dim: u32, heads: u32, kv_heads: u32) -> Result<Vec<RenderedKernel>, GpuError> {
         let mut out: Vec<RenderedKernel> = FIXED
@@ -37,12 +37,25 @@ impl Kernels {
             .collect();
         for format in WeightFormat::ALL {
             for tm in self.row_tiles_of(format) {
-                for (x_vec, silu) in [(true, false), (false, false), (true, true)] {
+                for (x_vec, silu, rope) in [
+                    (true, false, false),
+                    (false, false, false),
+                    (true, true, false),
+                    (true, false, true),
+                ] {
                     let mut v = self.gemm_variant_of(format, tm, x_vec, silu);
                     v.w_tex = self.cpu_shapes;
                     v.x_tex = self.cpu_shapes && x_vec;
+                    if rope {
+                        v.rope = true;
+                        v.tn = v.tn.next_multiple_of(2);
+                    }
                     let layout = if x_vec { "xvec4" } else { "xscalar" };
-                    let epilogue = if silu { "_silu" } else { "" };
+                    let epilogue = match (silu, rope) {
+                        (true, _) => "_silu",
+                        (false, true) => "_rope",
+                        (false, false) => "",
+                    };
                     let tex = if v.w_tex { "_tex" } else { "" };
                     out.push(RenderedKernel {
                         file: format!(
@@ -90,13 +103,15 @@ mod tests {
     fn every_variant_renders_valid_wgsl() {
         for format in WeightFormat::ALL {
             for (tm, tn) in [(1, 4), (1, 16), (4, 8), (8, 8), (16, 16), (32, 16)] {
-                for (x_vec, silu, w_tex, x_tex) in [
-                    (false, false, false, false),
-                    (true, false, false, false),
-                    (true, true, false, false),
-                    (false, false, true, false),
-                    (true, true, true, true),
-                    (true, false, false, true),
+                for (x_vec, silu, w_tex, x_tex, rope) in [
+                    (false, false, false, false, false),
+                    (true, false, false, false, false),
+                    (true, true, false, false, false),
+                    (false, false, true, false, false),
+                    (true, true, true, true, false),
+                    (true, false, false, true, false),
+                    (true, false, true, true, true),
+                    (false, false, false, false, true),
                 ] {
                     let v = GemmVariant {
                         format,
@@ -107,11 +122,13 @@ mod tests {
                         silu,
                         w_tex,
                         x_tex,
+                        rope,
                     };
                     let src = gemm::source(v).unwrap();
                     let last = format!("a{}_{} = ", tm - 1, tn - 1);
                     assert!(src.contains(&last), "{v:?}: tile not unrolled");
                     assert_eq!(src.contains("exp(-g)"), silu, "{v:?}: epilogue");
+                    assert_eq!(src.contains("store_pair(t0"), rope, "{v:?}: epilogue");
                     validate(&format!("{v:?}"), &src);
                 }
             }

@@ -24,6 +24,9 @@ pub struct GemmVariant {
     pub w_tex: bool,
     /// x rows read from a texture they are copied into (`Kernels::x_texture`).
     pub x_tex: bool,
+    /// The rope epilogue (qkv rows, rotated pairs adjacent; TN even): rotates
+    /// q and k and writes K and V to the paged cache too.
+    pub rope: bool,
 }
 
 /// The uniform parameters, laid out as `Params` in gemm.wgsl.
@@ -39,7 +42,14 @@ pub struct GemmParams {
     pub x_off: u32,
     pub y_off: u32,
     pub w_row: u32,
-    pub pad: [u32; 3],
+    /// Rope epilogue only (zero otherwise): see gemm.wgsl's `Params`.
+    pub col0: u32,
+    pub q_w: u32,
+    pub kv_w: u32,
+    pub hd: u32,
+    pub pairing: u32,
+    pub max_pos: u32,
+    pub pad: u32,
 }
 
 /// `w` array elements (vec4) per weight row.
@@ -67,6 +77,7 @@ pub fn source(v: GemmVariant) -> Result<String, GpuError> {
             silu => v.silu,
             w_tex => v.w_tex,
             x_tex => v.x_tex,
+            rope => v.rope,
         },
     )
 }

@@ -23,12 +23,24 @@ pub use gemm::{GemmParams, GemmVariant};
 pub use templates::SHADER_FILES;
 pub use weight::{GpuWeight, WeightWindow};
 
-pub use crate::backend::RopePairing;
+pub use crate::backend::{RopeArgs, RopePairing};
 
 /// Activation rows in a wgpu buffer.
 pub type Rows<'a> = crate::backend::Rows<'a, wgpu::Buffer>;
 /// The paged KV cache in wgpu buffers.
 pub type PagedKv<'a> = crate::backend::PagedKv<'a, wgpu::Buffer>;
+/// What a gemm does with its output tile (see gemm.wgsl).
+enum Epilogue<'a> {
+    Plain,
+    SiluMul,
+    Rope {
+        rope: RopeArgs<'a, wgpu::Buffer>,
+        kv: PagedKv<'a>,
+        q_w: u32,
+        slot_mapping: &'a wgpu::Buffer,
+    },
+}
+
 /// The rows a dispatch of a weight window covers.
 struct WinRows {
     row0: u32,
@@ -74,7 +86,8 @@ pub struct Kernels {
     attention: Mutex<HashMap<attention::AttentionVariant, Arc<Kernel>>>,
     gemm: Mutex<HashMap<GemmVariant, Arc<Kernel>>>,
     /// Textures gemm copies x rows into on CPU adapters, one per (buffer, row stride).
-    x_tex: Mutex<HashMap<(wgpu::Buffer, u32), wgpu::Texture>>,
+    /// (Their views are kept too: a step's bind groups are reused only for the same view.)
+    x_tex: Mutex<HashMap<(wgpu::Buffer, u32), (wgpu::Texture, wgpu::TextureView)>>,
     embed: Mutex<HashMap<WeightFormat, Arc<Kernel>>>,
     /// Largest byte range one storage binding may cover (weights beyond it are
     /// bound window by window).
@@ -214,13 +227,14 @@ impl Kernels {
             silu,
             w_tex: false,
             x_tex: false,
+            rope: false,
         }
     }
 
     /// The texture x's rows are copied into for a gemm of `t` rows, where x
     /// can be (CPU adapters; rows of whole 256-byte multiples at a 16-byte
     /// aligned offset, within the adapter's texture size).
-    fn x_texture(&self, x: Rows, t: u32) -> Option<wgpu::Texture> {
+    fn x_texture(&self, x: Rows, t: u32) -> Option<(wgpu::Texture, wgpu::TextureView)> {
         let max = self.ctx.limits.max_texture_dimension_2d;
         let fits = (x.stride * 4).is_multiple_of(256) && x.off.is_multiple_of(4) && x.stride / 4 <= max;
         let rows = u32::try_from(x.buf.size() / 4 / u64::from(x.stride.max(1)))
@@ -231,7 +245,7 @@ impl Kernels {
         }
         let mut cache = self.x_tex.lock().unwrap_or_else(|e| e.into_inner());
         let tex = cache.entry((x.buf.clone(), x.stride)).or_insert_with(|| {
-            self.ctx.device.create_texture(&wgpu::TextureDescriptor {
+            let tex = self.ctx.device.create_texture(&wgpu::TextureDescriptor {
                 label: Some("gemm x"),
                 size: wgpu::Extent3d {
                     width: x.stride / 4,
@@ -244,7 +258,9 @@ impl Kernels {
                 format: wgpu::TextureFormat::Rgba32Float,
                 usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
                 view_formats: &[],
-            })
+            });
+            let view = tex.create_view(&wgpu::TextureViewDescriptor::default());
+            (tex, view)
         });
         Some(tex.clone())
     }
@@ -261,7 +277,13 @@ impl Kernels {
             (true, true) => &[xb, Binding::TexU32, Binding::TexF32, RW],
             (false, true) => &[xb, Binding::TexU32, RW],
         };
-        let epilogue = if v.silu { "_silu" } else { "" };
+        let rope: &[Binding] = if v.rope { &[R, R, R, RW, RW] } else { &[] };
+        let storage: Vec<Binding> = storage.iter().chain(rope).copied().collect();
+        let epilogue = match (v.silu, v.rope) {
+            (true, _) => "_silu",
+            (false, true) => "_rope",
+            (false, false) => "",
+        };
         let tex = match (v.w_tex, v.x_tex) {
             (true, true) => "_tex",
             (true, false) => "_wtex",
@@ -269,7 +291,9 @@ impl Kernels {
             (false, false) => "",
         };
         let name = format!("gemm_{:?}_{}x{}{epilogue}{tex}", v.format, v.tm, v.tn);
-        let k = self.store.kernel(&self.ctx.device, &name, &gemm::source(v)?, storage)?;
+        let k = self
+            .store
+            .kernel(&self.ctx.device, &name, &gemm::source(v)?, &storage)?;
         cache.insert(v, k.clone());
         Ok(k)
     }
@@ -297,7 +321,45 @@ impl Kernels {
         t: u32,
         tm: u32,
     ) -> Result<(), GpuError> {
-        self.gemm_epilogue(enc, w, x, y, t, tm, false)
+        self.gemm_epilogue(enc, w, x, y, t, tm, &Epilogue::Plain)
+    }
+
+    /// Whether the rope epilogue's bindings fit the adapter (on CPU adapters
+    /// x and the weights are textures, not storage buffers).
+    pub fn fuses_qkv_rope(&self) -> bool {
+        let storage = if self.cpu_shapes { 6 } else { 9 };
+        self.ctx.limits.max_storage_buffers_per_shader_stage >= storage
+    }
+
+    /// `gemm_rope_kv` with the row tile `tm` chosen by the caller.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_rope_kv_with(
+        &self,
+        enc: &mut StepEncoder,
+        w: &GpuWeight,
+        x: Rows,
+        qkv: Rows,
+        rope: RopeArgs<wgpu::Buffer>,
+        kv: PagedKv,
+        q_heads: u32,
+        slot_mapping: &wgpu::Buffer,
+        t: u32,
+        tm: u32,
+    ) -> Result<(), GpuError> {
+        let (q_w, kv_w) = (q_heads * kv.head_dim, kv.kv_heads * kv.head_dim);
+        if w.n as u32 != q_w + 2 * kv_w || !kv.head_dim.is_multiple_of(2) {
+            return Err(GpuError::Limit(format!(
+                "gemm_rope_kv: {} weight rows for {q_heads} q heads and {} KV heads of {}",
+                w.n, kv.kv_heads, kv.head_dim
+            )));
+        }
+        let ep = Epilogue::Rope {
+            rope,
+            kv,
+            q_w,
+            slot_mapping,
+        };
+        self.gemm_epilogue(enc, w, x, qkv, t, tm, &ep)
     }
 
     /// `gemm_silu_mul` with the row tile `tm` chosen by the caller.
@@ -316,7 +378,7 @@ impl Kernels {
                 w.n
             )));
         }
-        self.gemm_epilogue(enc, w, x, y, t, tm, true)
+        self.gemm_epilogue(enc, w, x, y, t, tm, &Epilogue::SiluMul)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -328,20 +390,25 @@ impl Kernels {
         y: Rows,
         t: u32,
         tm: u32,
-        silu: bool,
+        ep: &Epilogue,
     ) -> Result<(), GpuError> {
+        let silu = matches!(ep, Epilogue::SiluMul);
         let mut v = self.gemm_variant(w, x, tm, silu);
+        if let Epilogue::Rope { .. } = ep {
+            v.rope = true;
+            v.tn = v.tn.next_multiple_of(2);
+        }
         // Textures on CPU adapters; the GPU shapes read buffers (and are
         // tested that way on lavapipe too).
         v.w_tex = self.cpu_shapes && !w.tex.is_empty();
         let x_tex = if v.x_vec { self.x_texture(x, t) } else { None };
         v.x_tex = x_tex.is_some();
         let x_bound = match &x_tex {
-            Some(tex) => {
+            Some((tex, view)) => {
                 let src = BufSlice::range(x.buf, u64::from(x.off) * 4, u64::from(t * x.stride) * 4);
                 enc.copy_to_texture(src, tex, x.stride / 4, t);
                 Bound::Tex {
-                    view: tex.create_view(&wgpu::TextureViewDescriptor::default()),
+                    view: view.clone(),
                     bytes: u64::from(t * x.stride) * 4,
                 }
             }
@@ -371,7 +438,7 @@ impl Kernels {
         };
         for (row0, rows, wb) in windows {
             let win = WinRows { row0, rows };
-            let p = GemmParams {
+            let mut p = GemmParams {
                 t,
                 n: win.rows,
                 k: w.k as u32,
@@ -381,11 +448,33 @@ impl Kernels {
                 x_off: x.off,
                 y_off: y.off + if silu { win.row0 / 2 } else { win.row0 },
                 w_row: w.w_row() as u32,
-                pad: [0; 3],
+                ..GemmParams::default()
             };
             let mut bufs = vec![x_bound.clone()];
             bufs.extend(wb);
             bufs.push(Bound::Buf(BufSlice::whole(y.buf)));
+            if let Epilogue::Rope {
+                rope,
+                kv,
+                q_w,
+                slot_mapping,
+            } = ep
+            {
+                let kv_w = kv.kv_heads * kv.head_dim;
+                (p.y_off, p.col0, p.q_w, p.kv_w) = (y.off, win.row0, *q_w, kv_w);
+                (p.hd, p.pairing, p.max_pos) = (kv.head_dim, rope.pairing as u32, rope.max_pos);
+                let row_bytes = u64::from(kv_w) * 4;
+                bufs.extend(
+                    [
+                        BufSlice::whole(rope.positions),
+                        BufSlice::whole(rope.table),
+                        BufSlice::whole(slot_mapping),
+                        ops::kv_prefix(kv.k_cache, kv.kv_rows, row_bytes),
+                        ops::kv_prefix(kv.v_cache, kv.kv_rows, row_bytes),
+                    ]
+                    .map(Bound::Buf),
+                );
+            }
             let cols = win.rows.div_ceil(v.tn * v.wg);
             enc.dispatch_bound(&kernel, bytemuck::bytes_of(&p), bufs, [cols, t.div_ceil(v.tm), 1]);
         }

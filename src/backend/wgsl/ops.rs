@@ -49,7 +49,7 @@ struct RopeParams {
 /// The first `rows` rows of a KV cache buffer (all of it if that is less):
 /// binding only the pool's used prefix means wgpu zero-fills, and the driver
 /// touches, only that much of a large pool.
-fn kv_prefix(buf: &wgpu::Buffer, rows: u32, row_bytes: u64) -> BufSlice {
+pub(super) fn kv_prefix(buf: &wgpu::Buffer, rows: u32, row_bytes: u64) -> BufSlice {
     let bytes = (u64::from(rows) * row_bytes).clamp(4, buf.size());
     BufSlice::range(buf, 0, bytes)
 }
@@ -158,6 +158,26 @@ impl Backend for Kernels {
 
     fn gemm_silu_mul(&self, enc: &mut StepEncoder, w: &GpuWeight, x: Rows, out: Rows, t: u32) -> Result<(), GpuError> {
         self.gemm_silu_mul_with(enc, w, x, out, t, self.row_tile(w, t))
+    }
+
+    fn fuses_qkv_rope(&self) -> bool {
+        Kernels::fuses_qkv_rope(self)
+    }
+
+    fn gemm_rope_kv(
+        &self,
+        enc: &mut StepEncoder,
+        w: &GpuWeight,
+        x: Rows,
+        qkv: Rows,
+        rope: RopeArgs<wgpu::Buffer>,
+        kv: PagedKv,
+        q_heads: u32,
+        slot_mapping: &wgpu::Buffer,
+        t: u32,
+    ) -> Result<(), GpuError> {
+        let tm = self.row_tile(w, t);
+        self.gemm_rope_kv_with(enc, w, x, qkv, rope, kv, q_heads, slot_mapping, t, tm)
     }
 
     fn rope_cache_write(
