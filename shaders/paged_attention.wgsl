@@ -1,8 +1,8 @@
 // paged_attention.wgsl — varlen causal attention over the paged KV cache. One
 // launch serves prefill chunks and decodes of many sequences together.
-// A template (rendered by src/backend/wgsl/attention.rs) for a head_dim HD, W lanes
-// and G query heads per workgroup, with q and the accumulators in vec4 registers
-// (template loops unroll over head_dim / 4 and G).
+// A template (rendered by src/backend/wgsl/attention.rs) for a head_dim HD, W lanes,
+// G query heads and QT query tokens per workgroup, with q and the accumulators in
+// vec4 registers (template loops unroll over head_dim / 4, G and the tokens).
 //
 // Bindings:
 //   0 p:            Params (uniform)
@@ -16,12 +16,16 @@
 // GQA: query head h reads KV head h / (heads / kv_heads); a workgroup serves G
 //   consecutive query heads of one KV head (G divides heads / kv_heads), so each
 //   K/V row it loads serves G heads.
-// Dispatch: (heads / G, T, 1) workgroups of W lanes; one workgroup per (head group, token).
+// Dispatch: (heads / G, ceil(T / QT), 1) workgroups of W lanes; one workgroup per
+//   (head group, QT consecutive tokens). Tokens of one sequence share each K/V
+//   row the workgroup loads (prefill chunks load them 1/QT as often); tokens of
+//   different sequences are attended one after the other.
 // Reduction order (batch invariance): lane l visits keys j = l, l+W, l+2W, … in
 //   increasing j with an online softmax (running max m, sum s, acc[HD]); scores are
 //   fma-dot products over d in increasing order. Lanes are then merged in lane
 //   order 0..W-1. The order depends only on the key count, never on T, on the
-//   other sequences, on chunking, or on which blocks hold the keys.
+//   other sequences, on chunking, on QT, or on which blocks hold the keys (a
+//   token sharing a key loop with a longer one skips the keys past its own).
 
 struct Params {
     t: u32,
@@ -50,59 +54,73 @@ const G: u32 = {{ g }}u;
 var<workgroup> lane_m: array<f32, W * G>;
 var<workgroup> lane_s: array<f32, W * G>;
 var<workgroup> lane_acc: array<vec4<f32>, W * G * HD / 4u>;
-@compute @workgroup_size(W)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-let h0 = wid.x * G;
-let t = wid.y;
-let l = lid.x;
-let kvh = h0 / (p.heads / p.kv_heads);
-let kv4 = p.kv_heads * HD / 4u;
-let n_keys = positions[t] + 1u;
-let table = token_seq[t] * p.max_blocks;
+{#
+  attend(n): one pass over the keys for tokens t0 .. t{n-1} (all of one sequence,
+  the row of block_tables in `table`), then the lane merge and output of each.
+#}
 {% set d4 = head_dim // 4 %}
-{% for gi in range(g) %}
-let qb{{ gi }} = t * p.q_stride + (h0 + {{ gi }}u) * HD;
-  {% for i in range(d4) %}
-let q{{ gi }}_{{ i }} = vec4<f32>(q[qb{{ gi }} + {{ 4 * i }}u], q[qb{{ gi }} + {{ 4 * i + 1 }}u], q[qb{{ gi }} + {{ 4 * i + 2 }}u], q[qb{{ gi }} + {{ 4 * i + 3 }}u]);
-var a{{ gi }}_{{ i }} = vec4<f32>(0.0);
+{% macro attend(n) %}
+{
+{% for ti in range(n) %}
+let n{{ ti }} = positions[t{{ ti }}] + 1u;
+  {% for gi in range(g) %}
+let qb{{ ti }}_{{ gi }} = t{{ ti }} * p.q_stride + (h0 + {{ gi }}u) * HD;
+    {% for i in range(d4) %}
+let q{{ ti }}_{{ gi }}_{{ i }} = vec4<f32>(q[qb{{ ti }}_{{ gi }} + {{ 4 * i }}u], q[qb{{ ti }}_{{ gi }} + {{ 4 * i + 1 }}u], q[qb{{ ti }}_{{ gi }} + {{ 4 * i + 2 }}u], q[qb{{ ti }}_{{ gi }} + {{ 4 * i + 3 }}u]);
+var a{{ ti }}_{{ gi }}_{{ i }} = vec4<f32>(0.0);
+    {% endfor %}
+var m{{ ti }}_{{ gi }} = NEG;
+var s{{ ti }}_{{ gi }} = 0.0;
   {% endfor %}
-var m{{ gi }} = NEG;
-var s{{ gi }} = 0.0;
 {% endfor %}
-for (var j = l; j < n_keys; j = j + W) {
+let table = token_seq[t0] * p.max_blocks;
+let n_max = {% for ti in range(n) %}{{ "max(" if not loop.last }}n{{ ti }}{{ ", " if not loop.last }}{% endfor %}{% for ti in range(n - 1) %}){% endfor %};
+for (var j = l; j < n_max; j = j + W) {
 let blk = block_tables[table + j / p.block_size];
 let base = (blk * p.block_size + j % p.block_size) * kv4 + kvh * (HD / 4u);
 {% for i in range(d4) %}
 let k{{ i }} = k_cache[base + {{ i }}u];
 {% endfor %}
-{% for gi in range(g) %}
-var dot{{ gi }} = 0.0;
-  {% for i in range(d4) %}
-    {% for c in ["x", "y", "z", "w"] %}
-dot{{ gi }} = fma(q{{ gi }}_{{ i }}.{{ c }}, k{{ i }}.{{ c }}, dot{{ gi }});
-    {% endfor %}
-  {% endfor %}
-let sc{{ gi }} = dot{{ gi }} * p.scale;
-let mn{{ gi }} = max(m{{ gi }}, sc{{ gi }});
-let corr{{ gi }} = exp(m{{ gi }} - mn{{ gi }});
-let e{{ gi }} = exp(sc{{ gi }} - mn{{ gi }});
-s{{ gi }} = fma(s{{ gi }}, corr{{ gi }}, e{{ gi }});
-m{{ gi }} = mn{{ gi }};
-{% endfor %}
 {% for i in range(d4) %}
 let v{{ i }} = v_cache[base + {{ i }}u];
+{% endfor %}
+{% for ti in range(n) %}
+if (j < n{{ ti }}) {
   {% for gi in range(g) %}
-a{{ gi }}_{{ i }} = fma(a{{ gi }}_{{ i }}, vec4<f32>(corr{{ gi }}), e{{ gi }} * v{{ i }});
+var dot{{ gi }} = 0.0;
+    {% for i in range(d4) %}
+      {% for c in ["x", "y", "z", "w"] %}
+dot{{ gi }} = fma(q{{ ti }}_{{ gi }}_{{ i }}.{{ c }}, k{{ i }}.{{ c }}, dot{{ gi }});
+      {% endfor %}
+    {% endfor %}
+let sc{{ gi }} = dot{{ gi }} * p.scale;
+let mn{{ gi }} = max(m{{ ti }}_{{ gi }}, sc{{ gi }});
+let corr{{ gi }} = exp(m{{ ti }}_{{ gi }} - mn{{ gi }});
+let e{{ gi }} = exp(sc{{ gi }} - mn{{ gi }});
+s{{ ti }}_{{ gi }} = fma(s{{ ti }}_{{ gi }}, corr{{ gi }}, e{{ gi }});
+m{{ ti }}_{{ gi }} = mn{{ gi }};
+    {% for i in range(d4) %}
+a{{ ti }}_{{ gi }}_{{ i }} = fma(a{{ ti }}_{{ gi }}_{{ i }}, vec4<f32>(corr{{ gi }}), e{{ gi }} * v{{ i }});
+    {% endfor %}
   {% endfor %}
+}
 {% endfor %}
 }
-{% for gi in range(g) %}
-lane_m[l * G + {{ gi }}u] = m{{ gi }};
-lane_s[l * G + {{ gi }}u] = s{{ gi }};
-  {% for i in range(d4) %}
-lane_acc[(l * G + {{ gi }}u) * (HD / 4u) + {{ i }}u] = a{{ gi }}_{{ i }};
+{% for ti in range(n) %}
+  {% for gi in range(g) %}
+lane_m[l * G + {{ gi }}u] = m{{ ti }}_{{ gi }};
+lane_s[l * G + {{ gi }}u] = s{{ ti }}_{{ gi }};
+    {% for i in range(d4) %}
+lane_acc[(l * G + {{ gi }}u) * (HD / 4u) + {{ i }}u] = a{{ ti }}_{{ gi }}_{{ i }};
+    {% endfor %}
   {% endfor %}
+merge(t{{ ti }}, h0, l);
 {% endfor %}
+}
+{% endmacro %}
+// Merges the W lanes' partial softmax of token t (in workgroup memory) in lane
+// order and writes its G heads.
+fn merge(t: u32, h0: u32, l: u32) {
 workgroupBarrier();
 for (var gi = 0u; gi < G; gi = gi + 1u) {
 var mx = NEG;
@@ -118,5 +136,29 @@ let ob = t * p.heads * HD + (h0 + gi) * HD + 4u * d;
 let r = o / total;
 out[ob] = r.x; out[ob + 1u] = r.y; out[ob + 2u] = r.z; out[ob + 3u] = r.w;
 }
+}
+workgroupBarrier();
+}
+@compute @workgroup_size(W)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+let h0 = wid.x * G;
+let l = lid.x;
+let kvh = h0 / (p.heads / p.kv_heads);
+let kv4 = p.kv_heads * HD / 4u;
+let first = wid.y * {{ qt }}u;
+{% if qt > 1 %}
+// Whole tile of one sequence: one pass over the keys for all of it.
+let last = min(first + {{ qt - 1 }}u, p.t - 1u);
+if (last == first + {{ qt - 1 }}u && token_seq[first] == token_seq[last]) {
+  {% for ti in range(qt) %}
+let t{{ ti }} = first + {{ ti }}u;
+  {% endfor %}
+{{ attend(qt) }}
+  return;
+}
+{% endif %}
+for (var t = first; t < min(first + {{ qt }}u, p.t); t = t + 1u) {
+let t0 = t;
+{{ attend(1) }}
 }
 }

@@ -193,6 +193,14 @@ fn paged_attention_matches_cpu() {
         queries.extend([(0, 0), (1, 2), (3, 129), (3, 64)]);
         let (got, want) = run_case(c, &seq_lens, &queries, ci as u64);
         close(&got, &want, 1e-5, &format!("attention case {ci}"));
+        // A step of 64+ tokens (CPU adapters then tile 4 tokens a workgroup):
+        // two prefill chunks whose tiles straddle the boundary between them,
+        // then decodes.
+        let mut big: Vec<(usize, usize)> = (40..67).map(|p| (2, p)).collect();
+        big.extend((0..45).map(|p| (3, p)));
+        big.extend([(0, 0), (1, 2), (3, 129)]);
+        let (got, want) = run_case(c, &seq_lens, &big, 10 + ci as u64);
+        close(&got, &want, 1e-5, &format!("attention case {ci}, {} tokens", big.len()));
     }
 }
 

@@ -1,7 +1,8 @@
 //! `paged_attention`: the template `shaders/paged_attention.wgsl` (bindings,
 //! dispatch, reduction order in its header) rendered per head_dim, lanes W and
-//! query heads per workgroup G, with q, the running max/sum and the output
-//! accumulators of G heads held in vec4 registers, unrolled over head_dim.
+//! query heads per workgroup G and query tokens QT, with q, the running
+//! max/sum and the output accumulators held in vec4 registers, unrolled over
+//! head_dim.
 
 use minijinja::context;
 
@@ -16,12 +17,14 @@ pub struct AttentionVariant {
     pub w: u32,
     /// Query heads per workgroup.
     pub g: u32,
+    /// Query tokens per workgroup (sharing K/V loads when of one sequence).
+    pub qt: u32,
 }
 
 /// The WGSL of a variant: `shaders/paged_attention.wgsl` rendered for it.
 pub fn source(v: AttentionVariant) -> Result<String, GpuError> {
     render(
         "paged_attention.wgsl",
-        context! { head_dim => v.head_dim, w => v.w, g => v.g },
+        context! { head_dim => v.head_dim, w => v.w, g => v.g, qt => v.qt },
     )
 }

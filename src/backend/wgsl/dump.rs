@@ -71,11 +71,21 @@ impl Kernels {
                 source: embed::source(format)?,
             });
         }
-        let v = self.attention_variant(head_dim, heads / kv_heads.max(1));
-        out.push(RenderedKernel {
-            file: format!("paged_attention_hd{}_w{}_g{}.wgsl", v.head_dim, v.w, v.g),
-            source: attention::source(v)?,
-        });
+        // Decode-sized and prefill-sized steps (the token tile may differ).
+        let group = heads / kv_heads.max(1);
+        let (decode, prefill) = (
+            self.attention_variant(head_dim, group, 1),
+            self.attention_variant(head_dim, group, 512),
+        );
+        for v in [decode, prefill]
+            .into_iter()
+            .take(if decode == prefill { 1 } else { 2 })
+        {
+            out.push(RenderedKernel {
+                file: format!("paged_attention_hd{}_w{}_g{}_qt{}.wgsl", v.head_dim, v.w, v.g, v.qt),
+                source: attention::source(v)?,
+            });
+        }
         Ok(out)
     }
 }
@@ -134,8 +144,14 @@ mod tests {
             }
             validate(&format!("embed {format:?}"), &embed::source(format).unwrap());
         }
-        for (head_dim, w, g) in [(64, 8, 3), (64, 32, 1), (128, 16, 1), (80, 8, 2), (256, 8, 1)] {
-            let v = AttentionVariant { head_dim, w, g };
+        for (head_dim, w, g, qt) in [
+            (64, 8, 3, 2),
+            (64, 32, 1, 1),
+            (128, 16, 1, 1),
+            (80, 8, 2, 2),
+            (256, 8, 1, 3),
+        ] {
+            let v = AttentionVariant { head_dim, w, g, qt };
             validate(&format!("{v:?}"), &attention::source(v).unwrap());
         }
     }

@@ -483,7 +483,7 @@ impl Kernels {
 
     /// The `paged_attention` variant for a head shape: on CPU adapters a workgroup
     /// serves every query head of a KV head (each K/V row loaded once).
-    pub(crate) fn attention_variant(&self, head_dim: u32, group: u32) -> attention::AttentionVariant {
+    pub(crate) fn attention_variant(&self, head_dim: u32, group: u32, t: u32) -> attention::AttentionVariant {
         // Workgroup memory: W·G lanes of (HD accumulators + max + sum), f32.
         let fits = |w: u32, g: u32| {
             u64::from(w * g * (head_dim + 2) * 4) <= u64::from(self.ctx.limits.max_compute_workgroup_storage_size)
@@ -506,7 +506,18 @@ impl Kernels {
         while !fits(w, g) && w > 1 {
             w /= 2;
         }
-        attention::AttentionVariant { head_dim, w, g }
+        // On CPU adapters, steps of many tokens (prefill chunks) give a
+        // workgroup 4 tokens, which share each K/V row it loads when of one
+        // sequence (a 512-token prefill's attention: 1.12 -> 0.71 s in
+        // `wllm profile`); decode-sized steps keep one token a workgroup.
+        // The tile's q and accumulators are registers (qt·g·head_dim floats
+        // each, unrolled): bounded so the kernel stays quick to compile.
+        let qt = if self.cpu_shapes && t >= 64 {
+            (768 / (g * head_dim).max(1)).clamp(1, 4)
+        } else {
+            1
+        };
+        attention::AttentionVariant { head_dim, w, g, qt }
     }
 
     pub(crate) fn attention_kernel(&self, v: attention::AttentionVariant) -> Result<Arc<Kernel>, GpuError> {
@@ -514,7 +525,7 @@ impl Kernels {
         if let Some(k) = cache.get(&v) {
             return Ok(k.clone());
         }
-        let name = format!("paged_attention_{}x{}x{}", v.head_dim, v.w, v.g);
+        let name = format!("paged_attention_{}x{}x{}x{}", v.head_dim, v.w, v.g, v.qt);
         let k = self
             .store
             .kernel(&self.ctx.device, &name, &attention::source(v)?, &[R, R, R, R, R, R, RW])?;

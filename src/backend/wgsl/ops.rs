@@ -365,7 +365,7 @@ impl Backend for Kernels {
         t: u32,
         out: &wgpu::Buffer,
     ) -> Result<(), GpuError> {
-        let v = self.attention_variant(kv.head_dim, heads / kv.kv_heads.max(1));
+        let v = self.attention_variant(kv.head_dim, heads / kv.kv_heads.max(1), t);
         let row_bytes = u64::from(kv.kv_heads * kv.head_dim) * 4;
         let kernel = self.attention_kernel(v)?;
         let p = AttentionParams {
@@ -391,7 +391,12 @@ impl Backend for Kernels {
             BufSlice::whole(kv.block_tables),
             BufSlice::whole(out),
         ];
-        enc.dispatch(&kernel, bytemuck::bytes_of(&p), &bufs, [heads / v.g, t, 1]);
+        enc.dispatch(
+            &kernel,
+            bytemuck::bytes_of(&p),
+            &bufs,
+            [heads / v.g, t.div_ceil(v.qt), 1],
+        );
         Ok(())
     }
 
