@@ -57,7 +57,7 @@ impl Default for EngineConfig {
 /// The step time a step with decodes aims at.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum StepTarget {
-    /// 2 × the predicted decode step of all live requests (`engine::step_budget`).
+    /// 1.5 × the predicted decode step of all live requests (`engine::step_budget`).
     #[default]
     Auto,
     /// Milliseconds.

@@ -62,7 +62,7 @@ pub struct EngineArgs {
     #[arg(long, global = true, env = "WLLM_CUBLAS_MIN_T")]
     pub cublas_min_t: Option<u32>,
     /// Step time a step with running decodes aims at: its prefill chunk is cut to fit, from the
-    /// measured cost of a token. auto = 2 x a decode step of every live request; a number is
+    /// measured cost of a token. auto = 1.5 x a decode step of every live request; a number is
     /// milliseconds; off = always up to --max-num-batched-tokens.
     #[arg(long, global = true, default_value = "auto")]
     pub step_target: wllm::config::StepTarget,
