@@ -43,13 +43,9 @@ impl Kernels {
                     (true, true, false),
                     (true, false, true),
                 ] {
-                    let mut v = self.gemm_variant_of(format, tm, x_vec, silu);
+                    let mut v = self.gemm_variant_of(format, tm, x_vec, silu, rope);
                     v.w_tex = self.cpu_shapes;
                     v.x_tex = self.cpu_shapes && x_vec;
-                    if rope {
-                        v.rope = true;
-                        v.tn = v.tn.next_multiple_of(2);
-                    }
                     let layout = if x_vec { "xvec4" } else { "xscalar" };
                     let epilogue = match (silu, rope) {
                         (true, _) => "_silu",

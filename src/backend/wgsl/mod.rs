@@ -41,12 +41,6 @@ enum Epilogue<'a> {
     },
 }
 
-/// The rows a dispatch of a weight window covers.
-struct WinRows {
-    row0: u32,
-    rows: u32,
-}
-
 use crate::gpu::{
     BindCache, Binding, Bound, BufSlice, GpuContext, GpuError, Kernel, PipelineStats, PipelineStore, StepEncoder,
 };
@@ -208,26 +202,34 @@ impl Kernels {
             .unwrap_or(*tiles.last().expect("at least one tile"))
     }
 
-    fn gemm_variant(&self, w: &GpuWeight, x: Rows, tm: u32, silu: bool) -> GemmVariant {
+    fn gemm_variant(&self, w: &GpuWeight, x: Rows, tm: u32, silu: bool, rope: bool) -> GemmVariant {
         let x_vec = w.k.is_multiple_of(8) && x.stride.is_multiple_of(4) && x.off.is_multiple_of(4);
-        self.gemm_variant_of(w.format, tm, x_vec, silu)
+        self.gemm_variant_of(w.format, tm, x_vec, silu, rope)
     }
 
     /// The variant for a format, row tile, x layout and epilogue on this
-    /// adapter's tiles (the silu epilogue rounds TN up to even).
-    pub(crate) fn gemm_variant_of(&self, format: WeightFormat, tm: u32, x_vec: bool, silu: bool) -> GemmVariant {
+    /// adapter's tiles (the silu and rope epilogues, which take column
+    /// pairs, round TN up to even).
+    pub(crate) fn gemm_variant_of(
+        &self,
+        format: WeightFormat,
+        tm: u32,
+        x_vec: bool,
+        silu: bool,
+        rope: bool,
+    ) -> GemmVariant {
         let tl = self.tiles;
         let tn = if tm == 1 { tl.decode_tn } else { tl.prefill_tn };
         GemmVariant {
             format,
             tm,
-            tn: if silu { tn.next_multiple_of(2) } else { tn },
+            tn: if silu || rope { tn.next_multiple_of(2) } else { tn },
             wg: tl.wg,
             x_vec,
             silu,
             w_tex: false,
             x_tex: false,
-            rope: false,
+            rope,
         }
     }
 
@@ -393,11 +395,8 @@ impl Kernels {
         ep: &Epilogue,
     ) -> Result<(), GpuError> {
         let silu = matches!(ep, Epilogue::SiluMul);
-        let mut v = self.gemm_variant(w, x, tm, silu);
-        if let Epilogue::Rope { .. } = ep {
-            v.rope = true;
-            v.tn = v.tn.next_multiple_of(2);
-        }
+        let rope = matches!(ep, Epilogue::Rope { .. });
+        let mut v = self.gemm_variant(w, x, tm, silu, rope);
         // Textures on CPU adapters; the GPU shapes read buffers (and are
         // tested that way on lavapipe too).
         v.w_tex = self.cpu_shapes && !w.tex.is_empty();
@@ -437,16 +436,15 @@ impl Kernels {
             .collect()
         };
         for (row0, rows, wb) in windows {
-            let win = WinRows { row0, rows };
             let mut p = GemmParams {
                 t,
-                n: win.rows,
+                n: rows,
                 k: w.k as u32,
                 chunks: w.chunks() as u32,
                 x_stride: x.stride,
                 y_stride: y.stride,
                 x_off: x.off,
-                y_off: y.off + if silu { win.row0 / 2 } else { win.row0 },
+                y_off: y.off + if silu { row0 / 2 } else { row0 },
                 w_row: w.w_row() as u32,
                 ..GemmParams::default()
             };
@@ -461,7 +459,7 @@ impl Kernels {
             } = ep
             {
                 let kv_w = kv.kv_heads * kv.head_dim;
-                (p.y_off, p.col0, p.q_w, p.kv_w) = (y.off, win.row0, *q_w, kv_w);
+                (p.y_off, p.col0, p.q_w, p.kv_w) = (y.off, row0, *q_w, kv_w);
                 (p.hd, p.pairing, p.max_pos) = (kv.head_dim, rope.pairing as u32, rope.max_pos);
                 let row_bytes = u64::from(kv_w) * 4;
                 bufs.extend(
@@ -475,7 +473,7 @@ impl Kernels {
                     .map(Bound::Buf),
                 );
             }
-            let cols = win.rows.div_ceil(v.tn * v.wg);
+            let cols = rows.div_ceil(v.tn * v.wg);
             enc.dispatch_bound(&kernel, bytemuck::bytes_of(&p), bufs, [cols, t.div_ceil(v.tm), 1]);
         }
         Ok(())
