@@ -461,14 +461,14 @@ impl Kernels {
                 let kv_w = kv.kv_heads * kv.head_dim;
                 (p.y_off, p.col0, p.q_w, p.kv_w) = (y.off, row0, *q_w, kv_w);
                 (p.hd, p.pairing, p.max_pos) = (kv.head_dim, rope.pairing as u32, rope.max_pos);
-                let row_bytes = u64::from(kv_w) * 4;
+                let [k_cache, v_cache] = ops::kv_caches(kv);
                 bufs.extend(
                     [
                         BufSlice::whole(rope.positions),
                         BufSlice::whole(rope.table),
                         BufSlice::whole(slot_mapping),
-                        ops::kv_prefix(kv.k_cache, kv.kv_rows, row_bytes),
-                        ops::kv_prefix(kv.v_cache, kv.kv_rows, row_bytes),
+                        k_cache,
+                        v_cache,
                     ]
                     .map(Bound::Buf),
                 );

@@ -54,6 +54,12 @@ pub(super) fn kv_prefix(buf: &wgpu::Buffer, rows: u32, row_bytes: u64) -> BufSli
     BufSlice::range(buf, 0, bytes)
 }
 
+/// The K and V caches' used prefixes (`kv_prefix` of both, rows of kv_heads · head_dim floats).
+pub(super) fn kv_caches(kv: &PagedKv) -> [BufSlice; 2] {
+    let row_bytes = u64::from(kv.kv_heads * kv.head_dim) * 4;
+    [kv.k_cache, kv.v_cache].map(|c| kv_prefix(c, kv.kv_rows, row_bytes))
+}
+
 fn u32s(v: &[u32; 4]) -> &[u8] {
     bytemuck::cast_slice(v)
 }
@@ -193,14 +199,14 @@ impl Backend for Kernels {
     ) -> Result<(), GpuError> {
         let (hd, hk) = (kv.head_dim, kv.kv_heads);
         let p = [t, q_heads, hk, hd, stride, rope.pairing as u32, rope.max_pos, 0];
-        let row_bytes = u64::from(hk * hd) * 4;
+        let [k_cache, v_cache] = kv_caches(&kv);
         let bufs = [
             BufSlice::whole(rope.positions),
             BufSlice::whole(rope.table),
             BufSlice::whole(slot_mapping),
             BufSlice::whole(qkv),
-            kv_prefix(kv.k_cache, kv.kv_rows, row_bytes),
-            kv_prefix(kv.v_cache, kv.kv_rows, row_bytes),
+            k_cache,
+            v_cache,
         ];
         enc.dispatch(
             &self.rope_cache_write,
@@ -366,7 +372,7 @@ impl Backend for Kernels {
         out: &wgpu::Buffer,
     ) -> Result<(), GpuError> {
         let v = self.attention_variant(kv.head_dim, heads / kv.kv_heads.max(1), t);
-        let row_bytes = u64::from(kv.kv_heads * kv.head_dim) * 4;
+        let [k_cache, v_cache] = kv_caches(&kv);
         let kernel = self.attention_kernel(v)?;
         let p = AttentionParams {
             t,
@@ -384,8 +390,8 @@ impl Backend for Kernels {
         };
         let bufs = [
             BufSlice::whole(q),
-            kv_prefix(kv.k_cache, kv.kv_rows, row_bytes),
-            kv_prefix(kv.v_cache, kv.kv_rows, row_bytes),
+            k_cache,
+            v_cache,
             BufSlice::whole(kv.positions),
             BufSlice::whole(kv.token_seq),
             BufSlice::whole(kv.block_tables),
