@@ -6,7 +6,7 @@
 //   0 p:      Params (uniform)
 //   1 ids:    (T) u32 token ids
 //   2 w:      (vocab, d) weights in the layout of weights.wgsl
-//   3 scales: (vocab, d/32) quantised formats only
+//   3 scales: (vocab, d/32) quantised formats only (see weights.wgsl)
 //   last out: (T, d) f32
 // Dispatch: (ceil(chunks / 64), T, 1) per window of rows; one invocation per 8
 //   (floats) or 32 (quantised) elements; tokens outside the window return early.
@@ -47,7 +47,9 @@ let o = t * p.d;
 {% if quantized %}
 {{ weights.load_block(format, 0, "row * p.chunks + c") -}}
   {% for sub in range(4) %}
-    {% if format == "Q4_1" %}
+    {% if format == "Q8_16" %}
+{ let v = {{ weights.dq_sub(format, 0, sub) }}; let h = d0.{{ "xy" if sub < 2 else "zw" }}; put8(o, 32u * c + {{ 8 * sub }}u, F8(v.a * h.x + h.y, v.b * h.x + h.y)); }
+    {% elif format == "Q4_1" %}
 { let v = {{ weights.dq_sub(format, 0, sub) }}; put8(o, 32u * c + {{ 8 * sub }}u, F8(v.a * d0.x + d0.y, v.b * d0.x + d0.y)); }
     {% else %}
 { let v = {{ weights.dq_sub(format, 0, sub) }}; put8(o, 32u * c + {{ 8 * sub }}u, F8(v.a * d0, v.b * d0)); }

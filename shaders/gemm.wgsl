@@ -34,7 +34,9 @@
 //   accumulator updated with fma in increasing k — floats: acc = fma(x_k, w_k, acc)
 //   for k = 0..Kp (zero padding past K); quantised: per block b in order,
 //   s = fma(x_j, q_j, s) for j = 0..31 from s = 0, then acc = fma(d, s, acc)
-//   (Q4_1 then acc = fma(m, Σx_j, acc), Σx_j summed left to right). The order is
+//   (Q4_1 then acc = fma(m, Σx_j, acc), Σx_j summed left to right); Q8_16 does
+//   the same per half of 16 (d0, m0 after j = 15, s and Σx from 0 again, then
+//   d1, m1 after j = 31). The order is
 //   the same for every tile shape, so the decode (TM = 1) and prefill (TM > 1)
 //   variants give the same bits for a row whatever T and the other rows are.
 
@@ -61,6 +63,7 @@ struct Params {
 {% include "weights.wgsl" %}
 {% import "weights.wgsl" as weights %}
 {% set lanes = ["a.x", "a.y", "a.z", "a.w", "b.x", "b.y", "b.z", "b.w"] %}
+{% set with_min = format == "Q4_1" or format == "Q8_16" %}
 {% if x_tex %}
 {# x copied into a texture (CPU adapters): r is the row, a texel holds 4 floats. #}
 @group(0) @binding(1) var x_tex: texture_2d<f32>;
@@ -151,7 +154,7 @@ for (var b = 0u; b < p.chunks; b = b + 1u) {
 var s{{ i }}_{{ j }} = 0.0;
     {% endfor %}
   {% endfor %}
-  {% if format == "Q4_1" %}
+  {% if with_min %}
     {% for i in range(tm) %}
 var xs{{ i }} = 0.0;
     {% endfor %}
@@ -160,7 +163,7 @@ var xs{{ i }} = 0.0;
 {
     {% for i in range(tm) %}
 let x{{ i }} = load_x8(r{{ i }}, 4u * b + {{ sub }}u);
-      {% if format == "Q4_1" %}
+      {% if with_min %}
 xs{{ i }} = xs{{ i }} + {% for l in lanes %}x{{ i }}.{{ l }}{{ " + " if not loop.last }}{% endfor %};
       {% endif %}
     {% endfor %}
@@ -173,10 +176,23 @@ s{{ i }}_{{ j }} = fma(x{{ i }}.{{ l }}, w{{ j }}.{{ l }}, s{{ i }}_{{ j }});
       {% endfor %}
     {% endfor %}
 }
+    {% if format == "Q8_16" and sub == 1 %}
+{# First half: its scale and min, then s and Σx restart for the second. #}
+      {% for j in range(tn) %}
+        {% for i in range(tm) %}
+a{{ i }}_{{ j }} = fma(d{{ j }}.x, s{{ i }}_{{ j }}, a{{ i }}_{{ j }}); a{{ i }}_{{ j }} = fma(d{{ j }}.y, xs{{ i }}, a{{ i }}_{{ j }}); s{{ i }}_{{ j }} = 0.0;
+        {% endfor %}
+      {% endfor %}
+      {% for i in range(tm) %}
+xs{{ i }} = 0.0;
+      {% endfor %}
+    {% endif %}
   {% endfor %}
   {% for j in range(tn) %}
     {% for i in range(tm) %}
-      {% if format == "Q4_1" %}
+      {% if format == "Q8_16" %}
+a{{ i }}_{{ j }} = fma(d{{ j }}.z, s{{ i }}_{{ j }}, a{{ i }}_{{ j }}); a{{ i }}_{{ j }} = fma(d{{ j }}.w, xs{{ i }}, a{{ i }}_{{ j }});
+      {% elif format == "Q4_1" %}
 a{{ i }}_{{ j }} = fma(d{{ j }}.x, s{{ i }}_{{ j }}, a{{ i }}_{{ j }}); a{{ i }}_{{ j }} = fma(d{{ j }}.y, xs{{ i }}, a{{ i }}_{{ j }});
       {% else %}
 a{{ i }}_{{ j }} = fma(d{{ j }}, s{{ i }}_{{ j }}, a{{ i }}_{{ j }});

@@ -5,7 +5,9 @@
 // An `F8` is eight consecutive elements along K: `a` = k..k+3, `b` = k+4..k+7.
 // Weight layouts (see src/quant.rs): f32 rows of Kp floats as vec4<f32>;
 // f16/bf16 rows of Kp halves, eight per vec4<u32>; quantised blocks of 32 as
-// the block's stored bytes (Q8_0: two vec4<u32>, Q4_0/Q4_1: one vec4<u32>).
+// the block's stored bytes (Q8_0 and Q8_16: 32 i8 in two vec4<u32>, Q4_0/Q4_1:
+// 32 nibbles in one vec4<u32>); scales per block: d (Q8_0, Q4_0), vec2(d, m)
+// (Q4_1), vec4(d0, m0, d1, m1) for the two halves of 16 (Q8_16).
 
 struct F8 {
     a: vec4<f32>,
@@ -54,6 +56,7 @@ fn dq_q4(w0: u32, w1: u32, sh: u32, off: f32) -> F8 {
   q{j} (qa{j}, qb{j} for Q8_0) and its scale into d{j}; `dq_sub` is the F8 of
   sub-block s (elements 8s..8s+7) of that block.
 #}
+{% macro scale_type(format) %}{{ "vec2<f32>" if format == "Q4_1" else "vec4<f32>" if format == "Q8_16" else "f32" }}{% endmacro %}
 {% macro bindings(format, first) %}
 {% if format == "F32" %}
 @group(0) @binding({{ first }}) var<storage, read> w: array<vec4<f32>>;
@@ -63,14 +66,14 @@ fn load_w8(base: u32, c: u32) -> F8 { return F8(w[base + 2u * c], w[base + 2u * 
 fn load_w8(base: u32, c: u32) -> F8 { return dq_{{ format | lower }}(w[base + c]); }
 {% else %}
 @group(0) @binding({{ first }}) var<storage, read> w: array<vec4<u32>>;
-@group(0) @binding({{ first + 1 }}) var<storage, read> scales: array<{{ "vec2<f32>" if format == "Q4_1" else "f32" }}>;
+@group(0) @binding({{ first + 1 }}) var<storage, read> scales: array<{{ scale_type(format) }}>;
 {% endif %}
 {% endmacro %}
 {#
   The same layouts read from textures (CPU adapters: llvmpipe loads a texel for
   eight lanes at once, a storage element lane by lane): `w_tex` holds one row
   of the weight per texel row, a texel per vec4 element (rgba32uint); `s_tex`
-  the scales, a texel per block (rg32float for Q4_1, r32float otherwise).
+  the scales, a texel per block (rg32float for Q4_1, rgba32float for Q8_16, r32float otherwise).
   `tex_bindings` declares them with `load_w8t(row, c)` for float formats;
   `load_block_tex` is `load_block` for block `b` of row `row`.
 #}
@@ -88,14 +91,14 @@ fn load_w8t(row: u32, c: u32) -> F8 { return dq_{{ format | lower }}(textureLoad
 {% endif %}
 {% endmacro %}
 {% macro load_block_tex(format, j, row, b) %}
-{% if format == "Q8_0" %}
-let qa{{ j }} = textureLoad(w_tex, vec2<u32>(2u * {{ b }}, {{ row }}), 0); let qb{{ j }} = textureLoad(w_tex, vec2<u32>(2u * {{ b }} + 1u, {{ row }}), 0); let d{{ j }} = textureLoad(s_tex, vec2<u32>({{ b }}, {{ row }}), 0).x;
+{% if format == "Q8_0" or format == "Q8_16" %}
+let qa{{ j }} = textureLoad(w_tex, vec2<u32>(2u * {{ b }}, {{ row }}), 0); let qb{{ j }} = textureLoad(w_tex, vec2<u32>(2u * {{ b }} + 1u, {{ row }}), 0); let d{{ j }} = textureLoad(s_tex, vec2<u32>({{ b }}, {{ row }}), 0){{ "" if format == "Q8_16" else ".x" }};
 {% else %}
 let q{{ j }} = textureLoad(w_tex, vec2<u32>({{ b }}, {{ row }}), 0); let d{{ j }} = textureLoad(s_tex, vec2<u32>({{ b }}, {{ row }}), 0).{{ "xy" if format == "Q4_1" else "x" }};
 {% endif %}
 {% endmacro %}
 {% macro load_block(format, j, blk) %}
-{% if format == "Q8_0" %}
+{% if format == "Q8_0" or format == "Q8_16" %}
 let qa{{ j }} = w[2u * ({{ blk }})]; let qb{{ j }} = w[2u * ({{ blk }}) + 1u]; let d{{ j }} = scales[{{ blk }}];
 {% else %}
 let q{{ j }} = w[{{ blk }}]; let d{{ j }} = scales[{{ blk }}];
@@ -103,7 +106,7 @@ let q{{ j }} = w[{{ blk }}]; let d{{ j }} = scales[{{ blk }}];
 {% endmacro %}
 {% macro dq_sub(format, j, s) %}
 {% set l = ["x", "y", "z", "w"] %}
-{% if format == "Q8_0" %}
+{% if format == "Q8_0" or format == "Q8_16" %}
 {% set v = ("qa" if s < 2 else "qb") ~ j %}
 dq_q8({{ v }}.{{ l[2 * s % 4] }}, {{ v }}.{{ l[2 * s % 4 + 1] }})
 {%- else %}

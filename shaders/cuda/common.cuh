@@ -21,6 +21,7 @@ typedef unsigned long long u64;
 #define FMT_Q8_0 3
 #define FMT_Q4_0 4
 #define FMT_Q4_1 5
+#define FMT_Q8_16 6
 
 #define NEG_BIG (-3.0e38f)
 
@@ -54,6 +55,11 @@ __device__ __forceinline__ float w_at(const void* w, const float* scales, u64 ro
     u64 b = row * nb + e / 32;
     u32 j = e % 32;
     if (FMT == FMT_Q8_0) return scales[b] * (float)((const signed char*)w)[b * 32 + j];
+    if (FMT == FMT_Q8_16) {
+        float d = scales[4 * b + 2 * (j / 16)], m = scales[4 * b + 2 * (j / 16) + 1];
+        float q = (float)((const signed char*)w)[b * 32 + j];
+        return m == 0.0f ? d * q : d * q + m;
+    }
     u8 byte = ((const u8*)w)[b * 16 + (j & 15)];
     float q = (float)(j < 16 ? (byte & 15) : (byte >> 4));
     if (FMT == FMT_Q4_0) return scales[b] * (q - 8.0f);

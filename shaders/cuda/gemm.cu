@@ -8,7 +8,9 @@
 // Reduction order (batch invariance): lane l takes chunks c = l, l+32, … in
 //   increasing c (8 elements for floats, one 32-element block for quantised) and
 //   keeps one fma chain per row; then the fixed butterfly of warp_sum. The order
-//   depends on K only, never on T or on the other rows.
+//   depends on K only, never on T or on the other rows. Quantised blocks: s =
+//   Σ x·(q - off) and Σx from 0, then acc = fma(d, s, acc) (+ fma(m, Σx, acc));
+//   Q8_16 does this per half of 16 with its own d and m.
 
 #define GEMM_TM 4
 
@@ -65,7 +67,7 @@ __device__ void gemm_impl(const float* x, const void* w, const float* scales, fl
         for (u32 b = lane; b < nb; b += 32) {
             u64 blk = (u64)col * nb + b;
             float wq[32];
-            if (FMT == FMT_Q8_0) {
+            if (FMT == FMT_Q8_0 || FMT == FMT_Q8_16) {
                 const uint4* p = (const uint4*)((const u8*)w + blk * 32);
                 uint4 a = p[0], c2 = p[1];
                 u32 ws[8] = {a.x, a.y, a.z, a.w, c2.x, c2.y, c2.z, c2.w};
@@ -81,21 +83,31 @@ __device__ void gemm_impl(const float* x, const void* w, const float* scales, fl
                     wq[i + 16] = (float)(byte >> 4);
                 }
             }
-            float d = FMT == FMT_Q4_1 ? scales[2 * blk] : scales[blk];
-            float m = FMT == FMT_Q4_1 ? scales[2 * blk + 1] : 0.0f;
+            const int halves = FMT == FMT_Q8_16 ? 2 : 1;
             float off = FMT == FMT_Q4_0 ? 8.0f : 0.0f;
 #pragma unroll
             for (int r = 0; r < GEMM_TM; r++) {
                 if (t0 + r < t) {
-                    float s = 0.0f, sx = 0.0f;
 #pragma unroll
-                    for (int i = 0; i < 32; i++) {
-                        float xv = xr[r][b * 32 + i];
-                        s = fmaf(xv, wq[i] - off, s);
-                        sx += xv;
+                    for (int h = 0; h < halves; h++) {
+                        float d, m;
+                        if (FMT == FMT_Q8_16) {
+                            d = scales[4 * blk + 2 * h];
+                            m = scales[4 * blk + 2 * h + 1];
+                        } else {
+                            d = FMT == FMT_Q4_1 ? scales[2 * blk] : scales[blk];
+                            m = FMT == FMT_Q4_1 ? scales[2 * blk + 1] : 0.0f;
+                        }
+                        float s = 0.0f, sx = 0.0f;
+#pragma unroll
+                        for (int i = h * 32 / halves; i < (h + 1) * 32 / halves; i++) {
+                            float xv = xr[r][b * 32 + i];
+                            s = fmaf(xv, wq[i] - off, s);
+                            sx += xv;
+                        }
+                        acc[r] = fmaf(d, s, acc[r]);
+                        if (FMT == FMT_Q4_1 || FMT == FMT_Q8_16) acc[r] = fmaf(m, sx, acc[r]);
                     }
-                    acc[r] = fmaf(d, s, acc[r]);
-                    if (FMT == FMT_Q4_1) acc[r] = fmaf(m, sx, acc[r]);
                 }
             }
         }
@@ -120,3 +132,4 @@ GEMM_ENTRY(gemm_bf16, FMT_BF16)
 GEMM_ENTRY(gemm_q8_0, FMT_Q8_0)
 GEMM_ENTRY(gemm_q4_0, FMT_Q4_0)
 GEMM_ENTRY(gemm_q4_1, FMT_Q4_1)
+GEMM_ENTRY(gemm_q8_16, FMT_Q8_16)

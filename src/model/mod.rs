@@ -30,8 +30,9 @@ pub enum ModelError {
         want: Vec<usize>,
     },
     #[error(
-        "tensor {name} has type {ty}, which wllm cannot read; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1 \
-         (re-quantise the model to one of these)"
+        "tensor {name} has type {ty}, which wllm cannot read; supported: F32, F16, BF16, Q8_0, Q5_0, Q5_1, \
+         Q4_0, Q4_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS (re-quantise the model to one of these, \
+         e.g. `wllm quantize IN OUT Q4_K_M`)"
     )]
     UnsupportedType { name: String, ty: String },
     #[error("unsupported architecture {0:?}: wllm runs the Llama family (llama, mistral-style dense models)")]

@@ -4,6 +4,7 @@
 
 pub mod attention_case;
 pub mod backend_ops;
+pub mod gguf_py;
 #[cfg(feature = "cuda")]
 pub mod cuda_emu;
 pub mod oracle_check;
@@ -85,18 +86,39 @@ pub fn rand_weight_bytes(r: &mut StdRng, format: WeightFormat, n: usize, k: usiz
             (0..n * k).for_each(|_| out.extend(bf16::from_f32(r.random_range(-1.0..1.0)).to_le_bytes()))
         }
         q => {
-            let (_, bb) = q.block();
-            let hdr = if q == WeightFormat::Q4_1 { 4 } else { 2 };
-            for _ in 0..n * k / 32 {
-                out.extend(f16::from_f32(r.random_range(-0.1..0.1)).to_le_bytes());
-                if q == WeightFormat::Q4_1 {
-                    out.extend(f16::from_f32(r.random_range(-0.1..0.1)).to_le_bytes());
+            let (be, bb) = q.block();
+            let (f16s, f32s) = scale_fields(q);
+            // Super-blocks multiply d by 6-bit scales: smaller d keeps values near ±1.
+            let range = if be == 256 { 0.003 } else { 0.1 };
+            for _ in 0..n * k / be {
+                let blk = out.len();
+                (0..bb).for_each(|_| out.push(r.random()));
+                for &o in f16s {
+                    let v = f16::from_f32(r.random_range(-range..range)).to_le_bytes();
+                    out[blk + o..blk + o + 2].copy_from_slice(&v);
                 }
-                (hdr..bb).for_each(|_| out.push(r.random()));
+                for &o in f32s {
+                    let v = r.random_range(-range..range).to_le_bytes();
+                    out[blk + o..blk + o + 4].copy_from_slice(&v);
+                }
             }
         }
     }
     out
+}
+
+/// Byte offsets of a block's f16 and f32 factors (the rest of a block is any bytes).
+pub fn scale_fields(format: WeightFormat) -> (&'static [usize], &'static [usize]) {
+    use WeightFormat as F;
+    match format {
+        F::Q8_0 | F::Q4_0 | F::Q5_0 | F::IQ4_NL | F::IQ4_XS => (&[0], &[]),
+        F::Q4_1 | F::Q5_1 | F::Q4_K | F::Q5_K => (&[0, 2], &[]),
+        F::Q2_K => (&[80, 82], &[]),
+        F::Q3_K => (&[108], &[]),
+        F::Q6_K => (&[208], &[]),
+        F::Q8_16 => (&[], &[32, 36, 40, 44]),
+        F::F32 | F::F16 | F::Bf16 => (&[], &[]),
+    }
 }
 
 /// A random weight on the GPU and its f32 dequantisation on the CPU.
@@ -107,9 +129,14 @@ pub fn rand_weight(r: &mut StdRng, format: WeightFormat, n: usize, k: usize) -> 
     (GpuWeight::upload(&kernels().ctx, &rp, "test weight"), cpu)
 }
 
-/// The K of the tests: awkward for floats (no multiple of 8), block-aligned for quantised.
+/// The K of the tests: awkward for floats (no multiple of 8), block-aligned for
+/// quantised (5 blocks of 32, or 3 super-blocks of 256).
 pub fn awkward_k(format: WeightFormat) -> usize {
-    if format.is_quantized() { 160 } else { 77 }
+    match format.block().0 {
+        1 => 77,
+        32 => 160,
+        _ => 768,
+    }
 }
 
 /// The default model's path (fetched by models/fetch.sh, which the test command runs).

@@ -108,19 +108,13 @@ fn quantize(format: WeightFormat, v: &[f32]) -> Vec<u8> {
                 }
             }
         }
+        other => panic!("the tiny model writer has no {other:?} quantiser"),
     }
     out
 }
 
 fn ggml_type(f: WeightFormat) -> u32 {
-    match f {
-        WeightFormat::F32 => 0,
-        WeightFormat::F16 => 1,
-        WeightFormat::Q4_0 => 2,
-        WeightFormat::Q4_1 => 3,
-        WeightFormat::Q8_0 => 8,
-        WeightFormat::Bf16 => 30,
-    }
+    f.ggml_type().expect("a stored format")
 }
 
 /// Writes the tiny model to `dir/name` and returns its path. `vocab` is 260.

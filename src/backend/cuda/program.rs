@@ -41,6 +41,8 @@ pub fn format_suffix(f: WeightFormat) -> &'static str {
         WeightFormat::Q8_0 => "q8_0",
         WeightFormat::Q4_0 => "q4_0",
         WeightFormat::Q4_1 => "q4_1",
+        WeightFormat::Q8_16 => "q8_16",
+        f => format_suffix(f.layout()),
     }
 }
 

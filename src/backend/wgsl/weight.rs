@@ -68,10 +68,10 @@ fn textures(ctx: &GpuContext, r: &Repacked, label: &str) -> Vec<WeightTex> {
         return Vec::new();
     }
     let (drb, srb) = (r.data.len() / r.n, r.scales.len() / r.n);
-    let scale_format = if r.format == WeightFormat::Q4_1 {
-        wgpu::TextureFormat::Rg32Float
-    } else {
-        wgpu::TextureFormat::R32Float
+    let scale_format = match r.format.scale_floats() {
+        2 => wgpu::TextureFormat::Rg32Float,
+        4 => wgpu::TextureFormat::Rgba32Float,
+        _ => wgpu::TextureFormat::R32Float,
     };
     (0..r.n)
         .step_by(max)
@@ -135,7 +135,7 @@ impl GpuWeight {
     /// Every window but the last holds an even number of rows.
     pub fn windows(&self, max_binding: u64, align: u64) -> Result<Vec<WeightWindow>, GpuError> {
         let drb = self.w_row() as u64 * 16;
-        let srb = if self.format == WeightFormat::Q4_1 { 8 } else { 4 } * self.chunks() as u64;
+        let srb = 4 * self.format.scale_floats() as u64 * self.chunks() as u64;
         let fits = self.n as u64 * drb <= max_binding && (self.scales.is_none() || self.n as u64 * srb <= max_binding);
         if fits {
             return Ok(vec![WeightWindow {

@@ -8,10 +8,24 @@
 //! - Q8_0 / Q4_0 / Q4_1 (`K % 32 == 0`): `quants[N][K/32]` of 8 / 4 / 4 `u32`
 //!   (the block's bytes as stored) and `scales[N][K/32]` of f32 `d`
 //!   (Q4_1: `vec2(d, m)`).
+//! - Q8_16 (a layout only, never in a file): `quants[N][K/32]` of 8 `u32`
+//!   (32 `i8`) and `scales[N][K/32]` of `vec4(d0, m0, d1, m1)`: element j of a
+//!   block is `d[j / 16] · q_j + m[j / 16]`.
+//!
+//! The other GGUF types are repacked into one of these (`WeightFormat::layout`)
+//! with exactly llama.cpp's factors (see `blocks`): IQ4_NL, IQ4_XS and Q5_0 as
+//! Q8_0 (their quants widened to `i8`), Q4_K as Q4_1, and Q5_1, Q5_K, Q6_K,
+//! Q3_K, Q2_K as Q8_16. The kernels thus read six quantised layouts while files
+//! may hold any of fourteen types; the cost is memory: Q8_16 takes 12 bits a
+//! weight on the GPU whatever the file's bits.
+
+pub mod blocks;
 
 use half::{bf16, f16};
 
-/// Storage format of a weight matrix.
+/// Storage format of a weight matrix: a GGUF / safetensors type, or (Q8_16)
+/// a GPU layout that other types are repacked into.
+#[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WeightFormat {
     F32,
@@ -20,6 +34,16 @@ pub enum WeightFormat {
     Q8_0,
     Q4_0,
     Q4_1,
+    Q5_0,
+    Q5_1,
+    Q2_K,
+    Q3_K,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+    IQ4_NL,
+    IQ4_XS,
+    Q8_16,
 }
 
 /// A format the engine cannot read.
@@ -33,26 +57,83 @@ pub enum FormatError {
         got: usize,
         want: usize,
     },
-    #[error("{format:?} needs the row length to be a multiple of 32, got {k}")]
-    BlockAlign { format: WeightFormat, k: usize },
+    #[error("{format:?} needs the row length to be a multiple of {block}, got {k}")]
+    BlockAlign { format: WeightFormat, block: usize, k: usize },
     #[error("cannot fuse {what}: the matrices differ in format or row length")]
     Mismatch { what: String },
 }
 
 impl WeightFormat {
-    pub const ALL: [WeightFormat; 6] = [Self::F32, Self::F16, Self::Bf16, Self::Q8_0, Self::Q4_0, Self::Q4_1];
+    /// The layouts the kernels read (every format's `layout()` is one of them).
+    pub const ALL: [WeightFormat; 7] = [
+        Self::F32,
+        Self::F16,
+        Self::Bf16,
+        Self::Q8_0,
+        Self::Q4_0,
+        Self::Q4_1,
+        Self::Q8_16,
+    ];
 
-    /// The GGUF `ggml_type` id.
+    /// Every type a model file may hold.
+    pub const STORED: [WeightFormat; 15] = [
+        Self::F32,
+        Self::F16,
+        Self::Bf16,
+        Self::Q8_0,
+        Self::Q4_0,
+        Self::Q4_1,
+        Self::Q5_0,
+        Self::Q5_1,
+        Self::Q2_K,
+        Self::Q3_K,
+        Self::Q4_K,
+        Self::Q5_K,
+        Self::Q6_K,
+        Self::IQ4_NL,
+        Self::IQ4_XS,
+    ];
+
+    /// The GGUF `ggml_type` id of each stored type.
+    const GGML_IDS: [(u32, WeightFormat); 15] = [
+        (0, Self::F32),
+        (1, Self::F16),
+        (2, Self::Q4_0),
+        (3, Self::Q4_1),
+        (6, Self::Q5_0),
+        (7, Self::Q5_1),
+        (8, Self::Q8_0),
+        (10, Self::Q2_K),
+        (11, Self::Q3_K),
+        (12, Self::Q4_K),
+        (13, Self::Q5_K),
+        (14, Self::Q6_K),
+        (20, Self::IQ4_NL),
+        (23, Self::IQ4_XS),
+        (30, Self::Bf16),
+    ];
+
+    /// The format of GGUF `ggml_type` id `t`.
     pub fn from_ggml_type(t: u32) -> Option<Self> {
-        Some(match t {
-            0 => Self::F32,
-            1 => Self::F16,
-            2 => Self::Q4_0,
-            3 => Self::Q4_1,
-            8 => Self::Q8_0,
-            30 => Self::Bf16,
-            _ => return None,
-        })
+        Self::GGML_IDS.iter().find(|(id, _)| *id == t).map(|&(_, f)| f)
+    }
+
+    /// The GGUF `ggml_type` id (None for the Q8_16 layout).
+    pub fn ggml_type(self) -> Option<u32> {
+        Self::GGML_IDS.iter().find(|(_, f)| *f == self).map(|&(id, _)| id)
+    }
+
+    /// The name llama.cpp gives the type (`Q4_K`, `BF16`, …).
+    pub fn name(self) -> String {
+        match self {
+            Self::Bf16 => "BF16".into(),
+            f => format!("{f:?}"),
+        }
+    }
+
+    /// The format of llama.cpp type name `s` (case-insensitive).
+    pub fn from_name(s: &str) -> Option<Self> {
+        Self::STORED.into_iter().find(|f| f.name().eq_ignore_ascii_case(s))
     }
 
     /// Elements per block and bytes per block as stored.
@@ -61,13 +142,42 @@ impl WeightFormat {
             Self::F32 => (1, 4),
             Self::F16 | Self::Bf16 => (1, 2),
             Self::Q8_0 => (32, 34),
-            Self::Q4_0 => (32, 18),
+            Self::Q4_0 | Self::IQ4_NL => (32, 18),
             Self::Q4_1 => (32, 20),
+            Self::Q5_0 => (32, 22),
+            Self::Q5_1 => (32, 24),
+            Self::Q2_K => (256, 84),
+            Self::Q3_K => (256, 110),
+            Self::Q4_K => (256, 144),
+            Self::Q5_K => (256, 176),
+            Self::Q6_K => (256, 210),
+            Self::IQ4_XS => (256, 136),
+            Self::Q8_16 => (32, 48),
         }
     }
 
     pub fn is_quantized(self) -> bool {
-        self.block().0 == 32
+        self.block().0 > 1
+    }
+
+    /// f32 factors per 32-element block in a layout's `scales` (0 for floats).
+    pub fn scale_floats(self) -> usize {
+        match self.layout() {
+            Self::F32 | Self::F16 | Self::Bf16 => 0,
+            Self::Q4_1 => 2,
+            Self::Q8_16 => 4,
+            _ => 1,
+        }
+    }
+
+    /// The GPU layout this format is repacked into (see the module doc).
+    pub fn layout(self) -> WeightFormat {
+        match self {
+            Self::Q5_0 | Self::IQ4_NL | Self::IQ4_XS => Self::Q8_0,
+            Self::Q4_K => Self::Q4_1,
+            Self::Q5_1 | Self::Q5_K | Self::Q6_K | Self::Q3_K | Self::Q2_K => Self::Q8_16,
+            f => f,
+        }
     }
 
     /// Bytes of an `[n][k]` matrix as stored.
@@ -77,8 +187,9 @@ impl WeightFormat {
     }
 
     fn check(self, bytes: &[u8], n: usize, k: usize) -> Result<(), FormatError> {
-        if self.is_quantized() && !k.is_multiple_of(32) {
-            return Err(FormatError::BlockAlign { format: self, k });
+        let block = self.block().0;
+        if !k.is_multiple_of(block) {
+            return Err(FormatError::BlockAlign { format: self, block, k });
         }
         let want = self.stored_bytes(n, k);
         if bytes.len() != want {
@@ -139,8 +250,41 @@ pub fn dequantize(format: WeightFormat, bytes: &[u8], n: usize, k: usize) -> Res
                 out.extend(qs.iter().map(|&b| val(b >> 4)));
             }
         }
+        f => {
+            let mut subs = Vec::new();
+            for blk in bytes.chunks_exact(f.block().1) {
+                subs.clear();
+                blocks::decode(f, blk, &mut subs);
+                subs.iter().for_each(|s| out.extend(s.values()));
+            }
+        }
     }
     Ok(out)
+}
+
+/// The types decoded by `blocks`, written in their layout: their `Sub32`s'
+/// quants as bytes (Q4_1: nibbles, element j low and j + 16 high in byte j)
+/// and their factors as f32 (Q8_0: d; Q4_1: d, m; Q8_16: d0, m0, d1, m1).
+fn repack_subs(format: WeightFormat, bytes: &[u8], data: &mut Vec<u8>, scales: &mut Vec<u8>) {
+    let layout = format.layout();
+    let mut subs = Vec::new();
+    for blk in bytes.chunks_exact(format.block().1) {
+        subs.clear();
+        blocks::decode(format, blk, &mut subs);
+        for s in &subs {
+            let factors: &[f32] = match layout {
+                WeightFormat::Q8_0 => &s.d[..1],
+                WeightFormat::Q4_1 => &[s.d[0], s.m[0]],
+                _ => &[s.d[0], s.m[0], s.d[1], s.m[1]],
+            };
+            factors.iter().for_each(|v| scales.extend(v.to_le_bytes()));
+            if layout == WeightFormat::Q4_1 {
+                data.extend((0..16).map(|j| (s.q[j] as u8 & 0xF) | ((s.q[j + 16] as u8) << 4)));
+            } else {
+                data.extend(s.q.iter().map(|&q| q as u8));
+            }
+        }
+    }
 }
 
 /// A matrix in the GPU layout (see the module doc).
@@ -152,7 +296,7 @@ pub struct Repacked {
     /// Row stride of `data` in elements of the padded row (f32 / f16 / bf16).
     pub kp: usize,
     pub data: Vec<u8>,
-    /// Quantised formats only: f32 `d` (Q4_1: `d, m`) per block.
+    /// Quantised formats only: f32 `d` (Q4_1: `d, m`; Q8_16: `d0, m0, d1, m1`) per block.
     pub scales: Vec<u8>,
 }
 
@@ -182,9 +326,10 @@ pub fn repack(format: WeightFormat, bytes: &[u8], n: usize, k: usize) -> Result<
                 data.extend_from_slice(&blk[hdr..]);
             }
         }
+        f => repack_subs(f, bytes, &mut data, &mut scales),
     }
     Ok(Repacked {
-        format,
+        format: format.layout(),
         n,
         k,
         kp,
