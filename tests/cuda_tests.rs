@@ -15,6 +15,7 @@ mod common;
 use common::backend_ops::{check_against_cpu, run_ops};
 use common::kernels;
 use wllm::backend::cuda::{self, CudaBackend, program};
+use wllm::quant::WeightFormat;
 
 /// Skips a test whose tools (NVRTC, g++) this machine lacks: prints why and
 /// returns, except where `WLLM_REQUIRE_CUDA_TOOLS=1` (CI sets it), where a
@@ -61,7 +62,7 @@ fn program_source_names_each_kernel_file() {
         assert!(src.contains(&format!("#line 1 \"{name}\"")), "{name} is not marked");
         assert!(src.contains(body), "{name} is missing from the program");
     }
-    assert_eq!(program::entry_points().len(), 6 + 3 * 6);
+    assert_eq!(program::entry_points().len(), 6 + 3 * WeightFormat::ALL.len());
 }
 
 /// The cuda backend on the CPU emulation, or `None` after printing why it cannot be built.

@@ -79,7 +79,12 @@ fn check_kernels(ks: &Kernels, shapes: &str) {
         let got: Vec<f32> = run_read(enc, &[(&ob, ids.len() * k)]).remove(0);
         for (t, &id) in ids.iter().enumerate() {
             let want = &want_w[id as usize * k..(id as usize + 1) * k];
-            close(&got[t * k..(t + 1) * k], want, 1e-6, &format!("{shapes} embed {format:?}"));
+            close(
+                &got[t * k..(t + 1) * k],
+                want,
+                1e-6,
+                &format!("{shapes} embed {format:?}"),
+            );
         }
     }
 }
@@ -103,7 +108,9 @@ fn misaligned_rows_and_sizes_are_refused() {
         let bytes = vec![0u8; format.stored_bytes(2, 768)];
         let e = quant::repack(format, &bytes, 2, 512).unwrap_err().to_string();
         assert!(e.contains("bytes"), "{e}");
-        let e = quant::dequantize(format, &vec![0u8; 4096], 2, 576).unwrap_err().to_string();
+        let e = quant::dequantize(format, &vec![0u8; 4096], 2, 576)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("multiple of 256"), "{format:?}: {e}");
     }
 }

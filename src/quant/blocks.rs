@@ -47,7 +47,10 @@ pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
-        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
     }
 }
 
@@ -103,7 +106,11 @@ pub fn decode(format: WeightFormat, b: &[u8], out: &mut Vec<Sub32>) {
             let q5 = format == F::Q5_K;
             let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
             let scales = &b[4..16];
-            let (qh, qs) = if q5 { (&b[16..48], &b[48..176]) } else { (&b[0..0], &b[16..144]) };
+            let (qh, qs) = if q5 {
+                (&b[16..48], &b[48..176])
+            } else {
+                (&b[0..0], &b[16..144])
+            };
             for j in 0..8 {
                 let (sc, mn) = scale_min_k4(j, scales);
                 let mut s = Sub32::new(d * f32::from(sc), -(dmin * f32::from(mn)));
@@ -143,7 +150,11 @@ pub fn decode(format: WeightFormat, b: &[u8], out: &mut Vec<Sub32>) {
         F::Q3_K | F::Q2_K => {
             let q3 = format == F::Q3_K;
             // Q3_K: hmask[32] qs[64] scales[12] d; Q2_K: scales[16] qs[64] d dmin.
-            let (qs, d) = if q3 { (&b[32..96], f16_at(b, 108)) } else { (&b[16..80], f16_at(b, 80)) };
+            let (qs, d) = if q3 {
+                (&b[32..96], f16_at(b, 108))
+            } else {
+                (&b[16..80], f16_at(b, 80))
+            };
             let scales: [u8; 16] = if q3 {
                 q3k_scales(&b[96..108])
             } else {

@@ -58,7 +58,11 @@ pub enum FormatError {
         want: usize,
     },
     #[error("{format:?} needs the row length to be a multiple of {block}, got {k}")]
-    BlockAlign { format: WeightFormat, block: usize, k: usize },
+    BlockAlign {
+        format: WeightFormat,
+        block: usize,
+        k: usize,
+    },
     #[error("cannot fuse {what}: the matrices differ in format or row length")]
     Mismatch { what: String },
 }

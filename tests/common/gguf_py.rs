@@ -25,7 +25,9 @@ pub fn run(args: &[&str]) {
         .arg(script())
         .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("python3 could not start ({e}): install Python 3 and `python3 -m pip install gguf`"));
+        .unwrap_or_else(|e| {
+            panic!("python3 could not start ({e}): install Python 3 and `python3 -m pip install gguf`")
+        });
     assert!(
         out.status.success(),
         "gguf_ref.py {args:?} failed: {}\n(the README's test command installs gguf; else `python3 -m pip install gguf`)",
@@ -42,7 +44,13 @@ pub fn dequantize(format: WeightFormat, bytes: &[u8], rows: usize) -> Vec<f32> {
     let d = scratch("dq");
     std::fs::write(d.join("in"), bytes).unwrap();
     let (i, o) = (d.join("in"), d.join("out"));
-    run(&["dequantize", &format.name(), &rows.to_string(), i.to_str().unwrap(), o.to_str().unwrap()]);
+    run(&[
+        "dequantize",
+        &format.name(),
+        &rows.to_string(),
+        i.to_str().unwrap(),
+        o.to_str().unwrap(),
+    ]);
     let v = f32s(&o);
     let _ = std::fs::remove_dir_all(&d);
     v
@@ -53,7 +61,13 @@ pub fn quantize(format: WeightFormat, vals: &[f32], rows: usize) -> Vec<u8> {
     let d = scratch("q");
     std::fs::write(d.join("in"), bytemuck::cast_slice(vals)).unwrap();
     let (i, o) = (d.join("in"), d.join("out"));
-    run(&["quantize", &format.name(), &rows.to_string(), i.to_str().unwrap(), o.to_str().unwrap()]);
+    run(&[
+        "quantize",
+        &format.name(),
+        &rows.to_string(),
+        i.to_str().unwrap(),
+        o.to_str().unwrap(),
+    ]);
     let v = std::fs::read(&o).unwrap();
     let _ = std::fs::remove_dir_all(&d);
     v

@@ -4,9 +4,9 @@
 
 pub mod attention_case;
 pub mod backend_ops;
-pub mod gguf_py;
 #[cfg(feature = "cuda")]
 pub mod cuda_emu;
+pub mod gguf_py;
 pub mod oracle_check;
 pub mod reference;
 
