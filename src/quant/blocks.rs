@@ -76,10 +76,10 @@ pub fn decode(format: WeightFormat, b: &[u8], out: &mut Vec<Sub32>) {
             let qh = u32::from_le_bytes([b[h], b[h + 1], b[h + 2], b[h + 3]]);
             let qs = &b[h + 4..h + 20];
             let mut s = Sub32::new(d, m);
-            for j in 0..16 {
+            for (j, &byte) in qs.iter().enumerate() {
                 let hi0 = ((qh >> j) & 1) as u8;
                 let hi1 = ((qh >> (j + 16)) & 1) as u8;
-                let (x0, x1) = ((qs[j] & 0xF) | (hi0 << 4), (qs[j] >> 4) | (hi1 << 4));
+                let (x0, x1) = ((byte & 0xF) | (hi0 << 4), (byte >> 4) | (hi1 << 4));
                 let off = if q5_1 { 0 } else { 16 };
                 s.q[j] = x0 as i8 - off;
                 s.q[j + 16] = x1 as i8 - off;
@@ -201,8 +201,8 @@ pub fn decode(format: WeightFormat, b: &[u8], out: &mut Vec<Sub32>) {
 }
 
 fn nl_quants(qs: &[u8], q: &mut [i8; 32]) {
-    for j in 0..16 {
-        q[j] = IQ4_VALUES[usize::from(qs[j] & 0xF)];
-        q[j + 16] = IQ4_VALUES[usize::from(qs[j] >> 4)];
+    for (j, &byte) in qs.iter().enumerate() {
+        q[j] = IQ4_VALUES[usize::from(byte & 0xF)];
+        q[j + 16] = IQ4_VALUES[usize::from(byte >> 4)];
     }
 }
