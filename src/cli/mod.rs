@@ -9,6 +9,7 @@ pub mod info;
 pub mod kernels;
 pub mod plot;
 pub mod profile;
+pub mod quantize;
 pub mod serve;
 
 use std::path::PathBuf;

@@ -69,6 +69,11 @@ pub struct TensorInfo {
 pub struct GgufFile {
     pub metadata: HashMap<String, Value>,
     pub tensors: HashMap<String, TensorInfo>,
+    /// Every metadata entry in file order: key, GGUF value type and the byte
+    /// range of its value (`wllm quantize` copies them verbatim).
+    pub raw_kv: Vec<(String, u32, std::ops::Range<usize>)>,
+    /// Tensor names in file order.
+    pub order: Vec<String>,
     map: memmap2::Mmap,
 }
 
@@ -165,12 +170,17 @@ impl GgufFile {
         let n_tensors = c.u64()?;
         let n_kv = c.u64()?;
         let mut metadata = HashMap::new();
+        let mut raw_kv = Vec::new();
         for _ in 0..n_kv {
             let key = c.string()?;
             let ty = c.u32()?;
-            metadata.insert(key, c.value(ty, 0)?);
+            let at = c.pos;
+            let v = c.value(ty, 0)?;
+            raw_kv.push((key.clone(), ty, at..c.pos));
+            metadata.insert(key, v);
         }
         let mut infos = Vec::new();
+        let mut order = Vec::new();
         for _ in 0..n_tensors {
             let name = c.string()?;
             let nd = c.u32()?;
@@ -180,6 +190,7 @@ impl GgufFile {
             let dims = (0..nd).map(|_| c.u64()).collect::<Result<Vec<_>, _>>()?;
             let ggml_type = c.u32()?;
             let offset = c.u64()?;
+            order.push(name.clone());
             infos.push((name, dims, ggml_type, offset));
         }
         let align = metadata
@@ -220,7 +231,18 @@ impl GgufFile {
                 },
             );
         }
-        Ok(Self { metadata, tensors, map })
+        Ok(Self {
+            metadata,
+            tensors,
+            raw_kv,
+            order,
+            map,
+        })
+    }
+
+    /// The raw bytes of a metadata value (see `raw_kv`).
+    pub fn raw(&self, r: &std::ops::Range<usize>) -> &[u8] {
+        &self.map[r.clone()]
     }
 
     /// The bytes of a tensor as stored.

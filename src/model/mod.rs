@@ -3,9 +3,11 @@
 
 pub mod config;
 pub mod gguf;
+pub mod gguf_writer;
 pub mod hf_config;
 pub mod layer_weights;
 pub mod llama;
+pub mod requantize;
 pub mod rope;
 pub mod safetensors;
 pub mod source;

@@ -21,6 +21,7 @@
 
 pub mod blocks;
 pub mod kquants;
+pub mod mix;
 pub mod quantize;
 
 use half::{bf16, f16};
