@@ -63,7 +63,7 @@ fn convert(src: &Path, out: &Path) -> anyhow::Result<()> {
     for name in names {
         let Some(hf) = hf_tensor_name(name) else { continue };
         let t = files.tensor(name)?;
-        let mut v = dequantize(t.format, t.bytes, t.rows, t.cols)?;
+        let mut v = dequantize(t.format, &t.bytes, t.rows, t.cols)?;
         if name.ends_with("attn_q.weight") {
             v = unpermute(&v, cfg.heads, cfg.head_dim, t.cols);
         } else if name.ends_with("attn_k.weight") {

@@ -32,6 +32,8 @@ pub struct EngineConfig {
     pub cublas_min_t: Option<u32>,
     /// The step time a step with decodes aims at (its prefill chunk is cut to fit).
     pub step_target: StepTarget,
+    /// Quantise the weights at load to this llama.cpp mix (e.g. an HF directory at Q4_K_M).
+    pub quantize: Option<crate::quant::mix::Mix>,
 }
 
 impl Default for EngineConfig {
@@ -50,6 +52,7 @@ impl Default for EngineConfig {
             gemm_tiles: None,
             cublas_min_t: None,
             step_target: StepTarget::Auto,
+            quantize: None,
         }
     }
 }

@@ -139,15 +139,57 @@ fn unsupported_architecture_and_tensor_type_are_named() {
     .unwrap();
     let e = engine_err(&p);
     assert!(e.contains("unsupported architecture") && e.contains("mamba"), "{e}");
-    // blk.0.attn_q.weight: name, 2 dims, then its type, patched to Q4_K (12).
+    // blk.0.attn_q.weight: name, 2 dims, then its type, patched to IQ2_XXS (16),
+    // a type wllm does not read.
     let name = b"blk.0.attn_q.weight";
     let i = bytes.windows(name.len()).rposition(|w| w == name).unwrap() + name.len() + 4 + 16;
+    let mut b = bytes.clone();
+    b[i..i + 4].copy_from_slice(&16u32.to_le_bytes());
+    let p = dir.join("iq2.gguf");
+    std::fs::write(&p, b).unwrap();
+    let e = engine_err(&p);
+    assert!(e.contains("IQ2_XXS") && e.contains("blk.0.attn_q.weight"), "{e}");
+    // Patched to Q4_K (12): a known type whose 256-element blocks do not fit
+    // the 64-element rows; refused before any byte of it is read.
     let mut b = bytes.clone();
     b[i..i + 4].copy_from_slice(&12u32.to_le_bytes());
     let p = dir.join("q4k.gguf");
     std::fs::write(&p, b).unwrap();
     let e = engine_err(&p);
-    assert!(e.contains("Q4_K") && e.contains("blk.0.attn_q.weight"), "{e}");
+    assert!(
+        e.contains("Q4_K") && e.contains("multiple of 256") && e.contains("blk.0.attn_q.weight"),
+        "{e}"
+    );
+}
+
+/// A model whose matrices use every type wllm reads (K-quants, 5-bit, IQ4,
+/// legacy, floats) generates exactly what its twin with the same values stored
+/// as F32 generates (3 layers of 7 matrices cycle through all 15 types).
+#[test]
+fn every_weight_type_loads_and_generates_as_its_f32_twin() {
+    let dir = test_dir("every_type");
+    let spec = |twin| TinySpec {
+        hidden: 256,
+        inter: 512,
+        layers: 3,
+        formats: wllm::quant::WeightFormat::STORED.to_vec(),
+        f32_twin: twin,
+        ..TinySpec::default()
+    };
+    let typed = write_tiny_gguf(&dir, "typed.gguf", &spec(false), &mut rng(9));
+    let twin = write_tiny_gguf(&dir, "twin.gguf", &spec(true), &mut rng(9));
+    let cfg = |m: PathBuf| EngineConfig {
+        model: m,
+        kv_cache_memory: Some(8 << 20),
+        ..Default::default()
+    };
+    let mut a = LlmEngine::with_context(&kernels().ctx, &cfg(typed)).unwrap();
+    let mut b = LlmEngine::with_context(&kernels().ctx, &cfg(twin)).unwrap();
+    for prompt in [vec![256u32, 72, 105], vec![10, 20, 30, 40, 50, 60, 70]] {
+        let x = greedy(&mut a, &prompt, 12);
+        assert_eq!(x.len(), 12, "generation stopped early");
+        assert_eq!(x, greedy(&mut b, &prompt, 12), "prompt {prompt:?}");
+    }
 }
 
 #[test]

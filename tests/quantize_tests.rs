@@ -87,7 +87,11 @@ fn k_quants_round_trip_within_their_bound_and_gguf_py_reads_them() {
         }
         let rel = (se / sx).sqrt();
         eprintln!("{format:?}: relative RMS error {rel:.4}");
-        assert!(rel <= bound(format), "{format:?}: relative RMS error {rel:.4} over {}", bound(format));
+        assert!(
+            rel <= bound(format),
+            "{format:?}: relative RMS error {rel:.4} over {}",
+            bound(format)
+        );
     }
 }
 
@@ -121,4 +125,159 @@ fn bad_quantize_input_is_refused() {
     let e = quantize(WeightFormat::IQ4_NL, &x, 2, 576).unwrap_err().to_string();
     assert!(e.contains("cannot write"), "{e}");
     assert!(quantize(WeightFormat::Q8_0, &x, 3, 576).is_err());
+}
+
+/// The tensor types llama.cpp's `llama-quantize` (0.3.36, --allow-requantize)
+/// wrote for each mix of the default model; wllm's files were also compared
+/// with those byte for byte when this was written (every tensor identical).
+const LLAMA_QUANTIZE_TYPES: [(&str, &[(&str, usize)], u32); 13] = [
+    ("Q8_0", &[("F32", 61), ("Q8_0", 211)], 7),
+    ("Q6_K", &[("F32", 61), ("Q6_K", 30), ("Q8_0", 181)], 18),
+    (
+        "Q5_K_M",
+        &[("F32", 61), ("Q5_1", 166), ("Q5_K", 16), ("Q6_K", 14), ("Q8_0", 15)],
+        17,
+    ),
+    ("Q5_K_S", &[("F32", 61), ("Q5_1", 180), ("Q5_K", 30), ("Q8_0", 1)], 16),
+    ("Q5_1", &[("F32", 61), ("Q5_1", 210), ("Q8_0", 1)], 9),
+    ("Q5_0", &[("F32", 61), ("Q5_0", 210), ("Q8_0", 1)], 8),
+    (
+        "Q4_K_M",
+        &[("F32", 61), ("Q4_K", 16), ("Q5_0", 166), ("Q6_K", 14), ("Q8_0", 15)],
+        15,
+    ),
+    (
+        "Q4_K_S",
+        &[
+            ("F32", 61),
+            ("Q4_K", 27),
+            ("Q5_0", 176),
+            ("Q5_1", 4),
+            ("Q5_K", 3),
+            ("Q8_0", 1),
+        ],
+        14,
+    ),
+    ("Q4_0", &[("F32", 61), ("Q4_0", 210), ("Q8_0", 1)], 2),
+    (
+        "Q3_K_L",
+        &[("F32", 61), ("Q4_0", 120), ("Q5_1", 60), ("Q5_K", 30), ("Q8_0", 1)],
+        13,
+    ),
+    (
+        "Q3_K_M",
+        &[
+            ("F32", 61),
+            ("Q4_0", 120),
+            ("Q4_K", 29),
+            ("Q5_0", 58),
+            ("Q5_1", 2),
+            ("Q5_K", 1),
+            ("Q8_0", 1),
+        ],
+        12,
+    ),
+    ("Q3_K_S", &[("F32", 61), ("Q3_K", 30), ("Q4_0", 180), ("Q8_0", 1)], 11),
+    ("Q2_K", &[("F32", 61), ("Q3_K", 30), ("Q4_0", 180), ("Q8_0", 1)], 10),
+];
+
+#[test]
+fn every_mix_of_the_default_model_has_llama_quantizes_types_and_gguf_py_reads_it() {
+    use wllm::model::gguf::GgufFile;
+    use wllm::model::requantize::quantize_gguf;
+    use wllm::quant::mix::Mix;
+    let dir = test_dir("mixes");
+    for (name, want, file_type) in LLAMA_QUANTIZE_TYPES {
+        let out = dir.join(format!("{name}.gguf"));
+        let mix = Mix::from_name(name).unwrap();
+        let mut calls = 0;
+        let report = quantize_gguf(&default_model_path(), &out, mix, |_, _, _| calls += 1).unwrap();
+        assert_eq!(calls, 273, "{name}: a progress call per tensor and one at the end");
+        let mut got: Vec<(String, usize)> = Vec::new();
+        for (_, _, to) in &report.tensors {
+            match got.iter_mut().find(|(t, _)| t == to) {
+                Some(c) => c.1 += 1,
+                None => got.push((to.clone(), 1)),
+            }
+        }
+        got.sort();
+        let want: Vec<(String, usize)> = want.iter().map(|(t, n)| (t.to_string(), *n)).collect();
+        assert_eq!(got, want, "{name}");
+        let g = GgufFile::open(&out).unwrap();
+        assert_eq!(g.metadata["general.file_type"].as_u64(), Some(u64::from(file_type)));
+        assert_eq!(
+            g.metadata["tokenizer.ggml.tokens"],
+            GgufFile::open(&default_model_path()).unwrap().metadata["tokenizer.ggml.tokens"]
+        );
+        // gguf-py reads every tensor as wllm does (four mixes cover every type written).
+        if ["Q4_K_M", "Q3_K_M", "Q6_K", "Q2_K"].contains(&name) {
+            for (tname, ty, vals) in gguf_py::tensors(&out) {
+                let t = &g.tensors[&tname];
+                let f = WeightFormat::from_ggml_type(t.ggml_type).unwrap();
+                assert_eq!(f.name(), ty, "{tname}");
+                let k = t.dims[0] as usize;
+                let ours = quant::dequantize(f, g.bytes(t), vals.len() / k, k).unwrap();
+                assert!(ours == vals, "{name}: gguf-py reads {tname} ({ty}) differently");
+            }
+        }
+        drop(g);
+        std::fs::remove_file(&out).unwrap();
+    }
+}
+
+#[test]
+fn quantize_at_load_equals_the_written_file() {
+    use wllm::engine::LlmEngine;
+    use wllm::quant::mix::Mix;
+    use wllm::{EngineConfig, Prompt, SamplingParams};
+    let dir = test_dir("at_load");
+    let file = dir.join("q4km.gguf");
+    wllm::model::requantize::quantize_gguf(&default_model_path(), &file, Mix::Q4_K_M, |_, _, _| ()).unwrap();
+    let run = |model: std::path::PathBuf, quantize: Option<Mix>| {
+        let cfg = EngineConfig {
+            model,
+            quantize,
+            kv_cache_memory: Some(16 << 20),
+            ..Default::default()
+        };
+        let mut e = LlmEngine::with_context(&kernels().ctx, &cfg).unwrap();
+        let ids = e.tokenize(&Prompt::Text("The capital of France is".into())).unwrap();
+        let s = SamplingParams {
+            max_tokens: Some(8),
+            ..SamplingParams::greedy()
+        };
+        e.add_request(ids, s).unwrap();
+        let mut out = Vec::new();
+        while e.has_unfinished() {
+            e.step().unwrap().into_iter().for_each(|o| out.extend(o.token_ids));
+        }
+        out
+    };
+    let a = run(default_model_path(), Some(Mix::Q4_K_M));
+    assert!(!a.is_empty());
+    assert_eq!(a, run(file, None));
+}
+
+#[test]
+fn quantize_refuses_bad_input_clearly() {
+    let dir = test_dir("q_bad");
+    let bin = env!("CARGO_BIN_EXE_wllm");
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(bin).args(args).output().unwrap();
+        assert!(!o.status.success(), "{args:?} succeeded");
+        String::from_utf8_lossy(&o.stderr).to_string()
+    };
+    let out = dir.join("o.gguf");
+    let model = default_model_path();
+    let (m, o) = (model.to_str().unwrap(), out.to_str().unwrap());
+    assert!(run(&["quantize", m, o, "Q7_K"]).contains("unknown quantisation type"));
+    let junk = dir.join("junk.gguf");
+    std::fs::write(&junk, b"GGUF\x03\x00\x00\x00garbage").unwrap();
+    let e = run(&["quantize", junk.to_str().unwrap(), o, "Q4_K_M"]);
+    assert!(e.contains("GGUF") || e.contains("corrupt"), "{e}");
+    assert!(
+        !out.exists() && !dir.join("o.gguf.partial").exists(),
+        "nothing half-written is left"
+    );
+    assert!(run(&["quantize", m, m, "Q8_0"]).contains("is the input"));
 }

@@ -67,6 +67,10 @@ pub struct EngineArgs {
     /// milliseconds; off = always up to --max-num-batched-tokens.
     #[arg(long, global = true, default_value = "auto")]
     pub step_target: wllm::config::StepTarget,
+    /// Quantise the weights at load to one of llama.cpp's mixes (Q4_K_M, Q8_0, Q2_K, …), e.g. to run a
+    /// Hugging Face directory in less memory; `wllm quantize` writes the result to a file instead.
+    #[arg(long, global = true, value_name = "TYPE")]
+    pub quantize: Option<wllm::quant::mix::Mix>,
 }
 
 impl EngineArgs {
@@ -115,6 +119,7 @@ impl EngineArgs {
             gemm_tiles: self.gemm_tiles,
             cublas_min_t: self.cublas_min_t,
             step_target: self.step_target,
+            quantize: self.quantize,
         })
     }
 

@@ -213,7 +213,7 @@ pub fn run(a: &ProfileArgs) -> anyhow::Result<()> {
     cfg.device = wllm::Device::Wgpu;
     let bs = cfg.block_size.max(1);
     let max_batch = a.batch.iter().copied().max().unwrap_or(1).max(1);
-    let files = ModelFiles::open(&cfg.model)?;
+    let files = ModelFiles::open_with(&cfg.model, cfg.quantize)?;
     let mc = files.config()?;
     let max_len = (a.context + 1).max(a.prefill).min(mc.max_context);
     let context = a.context.min(max_len - 1);

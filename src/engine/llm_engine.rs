@@ -77,7 +77,7 @@ impl LlmEngine {
         let t0 = Instant::now();
         let mut timings = LoadTimings::default();
         let compiled_before = kernels.pipeline_stats().compile_seconds;
-        let files = ModelFiles::open(&cfg.model)?;
+        let files = ModelFiles::open_with(&cfg.model, cfg.quantize)?;
         let model_config = files.config()?;
         let tokenizer = match &files {
             ModelFiles::Gguf { file, .. } => Tokenizer::from_gguf(file)?,

@@ -57,7 +57,10 @@ pub fn load_repacked(files: &ModelFiles, name: &str, rows: usize, cols: usize) -
             want: vec![rows, cols],
         });
     }
-    Ok(quant::repack(t.format, t.bytes, rows, cols)?)
+    quant::repack(t.format, &t.bytes, rows, cols).map_err(|source| ModelError::Tensor {
+        name: t.name.clone(),
+        source,
+    })
 }
 
 fn upload<B: Backend>(ks: &B, r: &Repacked, label: &str) -> Result<B::Weight, ModelError> {

@@ -156,7 +156,10 @@ fn load_matrix<B: Backend>(
 fn load_vector<B: Backend>(ks: &B, files: &ModelFiles, name: &str, len: usize) -> Result<B::Buffer, ModelError> {
     let t = files.tensor(name)?;
     check_shape(&t, 1, len)?;
-    let v = quant::dequantize(t.format, t.bytes, 1, len)?;
+    let v = quant::dequantize(t.format, &t.bytes, 1, len).map_err(|source| ModelError::Tensor {
+        name: t.name.clone(),
+        source,
+    })?;
     ks.upload(bytemuck::cast_slice(&v), name).map_err(backend_err)
 }
 

@@ -45,6 +45,11 @@ pub enum ModelError {
     UnknownFormat(std::path::PathBuf),
     #[error(transparent)]
     Format(#[from] crate::quant::FormatError),
+    #[error("tensor {name}: {source}")]
+    Tensor {
+        name: String,
+        source: crate::quant::FormatError,
+    },
     #[error(transparent)]
     Gpu(#[from] crate::gpu::GpuError),
     #[error(transparent)]

@@ -28,7 +28,9 @@ fn type_name(t: u32) -> String {
 
 /// Quantises every row of `x` (`n` rows of `k`) on all threads.
 pub fn quantize_parallel(format: WeightFormat, x: &[f32], n: usize, k: usize) -> Result<Vec<u8>, quant::FormatError> {
-    let threads = std::thread::available_parallelism().map_or(1, |t| t.get()).min(n.max(1));
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |t| t.get())
+        .min(n.max(1));
     let rows = n.div_ceil(threads);
     let parts: Vec<Result<Vec<u8>, quant::FormatError>> = std::thread::scope(|s| {
         let handles: Vec<_> = x
@@ -102,7 +104,10 @@ pub fn quantize_gguf(
             }
         }
     }
-    for (key, v) in [("general.file_type", mix.file_type()), ("general.quantization_version", 2)] {
+    for (key, v) in [
+        ("general.file_type", mix.file_type()),
+        ("general.quantization_version", 2),
+    ] {
         if !meta.has(key) {
             meta.u32(key, v);
         }

@@ -1,12 +1,15 @@
 //! Where a model's tensors, config and tokenizer come from: one GGUF file or a
 //! Hugging Face directory. Tensors are named with GGUF's names throughout.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::gguf::GgufFile;
 use super::safetensors::SafetensorsDir;
 use super::{ModelConfig, ModelError};
 use crate::quant::WeightFormat;
+use crate::quant::mix::{Mix, ModelShape, TensorShape, plan};
 
 /// A tensor as stored: `rows` x `cols` (cols contiguous; 1-D tensors have rows = 1).
 pub struct RawTensor<'a> {
@@ -14,13 +17,25 @@ pub struct RawTensor<'a> {
     pub format: WeightFormat,
     pub rows: usize,
     pub cols: usize,
-    pub bytes: &'a [u8],
+    /// Borrowed from the file, or owned when quantised at load.
+    pub bytes: Cow<'a, [u8]>,
 }
+
+/// Tensors re-quantised at load (`--quantize`): the type each one gets.
+pub type Requant = HashMap<String, WeightFormat>;
 
 /// An opened model.
 pub enum ModelFiles {
-    Gguf { path: PathBuf, file: GgufFile },
-    Hf { dir: PathBuf, st: SafetensorsDir },
+    Gguf {
+        path: PathBuf,
+        file: GgufFile,
+        requant: Option<Requant>,
+    },
+    Hf {
+        dir: PathBuf,
+        st: SafetensorsDir,
+        requant: Option<Requant>,
+    },
 }
 
 /// The Hugging Face name of a Llama tensor named the GGUF way, if it is one.
@@ -63,11 +78,13 @@ impl ModelFiles {
             Ok(Self::Hf {
                 dir: path.to_path_buf(),
                 st: SafetensorsDir::open(path)?,
+                requant: None,
             })
         } else if path.exists() {
             Ok(Self::Gguf {
                 path: path.to_path_buf(),
                 file: GgufFile::open(path)?,
+                requant: None,
             })
         } else {
             Err(ModelError::Io(
@@ -95,8 +112,78 @@ impl ModelFiles {
         }
     }
 
-    /// The tensor named `name` (GGUF naming).
+    /// Opens `path`, quantised at load to `mix` when one is given.
+    pub fn open_with(path: &Path, mix: Option<Mix>) -> Result<Self, ModelError> {
+        let files = Self::open(path)?;
+        match mix {
+            Some(m) => files.quantize_at_load(m),
+            None => Ok(files),
+        }
+    }
+
+    /// Quantises the Llama weights at load to `mix`, with llama-quantize's
+    /// per-tensor rules (`quant::mix::plan`); `tensor` then returns them so.
+    pub fn quantize_at_load(mut self, mix: Mix) -> Result<Self, ModelError> {
+        let cfg = self.config()?;
+        let mut names = vec!["token_embd.weight".to_string(), "output.weight".into()];
+        for l in 0..cfg.layers {
+            for t in [
+                "attn_q",
+                "attn_k",
+                "attn_v",
+                "attn_output",
+                "ffn_gate",
+                "ffn_up",
+                "ffn_down",
+            ] {
+                names.push(format!("blk.{l}.{t}.weight"));
+            }
+        }
+        let mut dims = Vec::new();
+        for n in names.iter().filter(|n| self.has(n)) {
+            let t = self.stored_tensor(n)?;
+            dims.push((n.clone(), [t.cols as u64, t.rows as u64]));
+        }
+        let shapes: Vec<TensorShape> = dims.iter().map(|(name, d)| TensorShape { name, dims: d }).collect();
+        let model = ModelShape {
+            n_layer: cfg.layers,
+            n_gqa: cfg.heads / cfg.kv_heads.max(1),
+        };
+        let map: Requant = dims
+            .iter()
+            .zip(plan(mix, &model, &shapes))
+            .filter_map(|((n, _), f)| Some((n.clone(), f?)))
+            .collect();
+        match &mut self {
+            Self::Gguf { requant, .. } | Self::Hf { requant, .. } => *requant = Some(map),
+        }
+        Ok(self)
+    }
+
+    /// The tensor named `name` (GGUF naming), quantised when `quantize_at_load` says so.
     pub fn tensor(&self, name: &str) -> Result<RawTensor<'_>, ModelError> {
+        let t = self.stored_tensor(name)?;
+        let (Self::Gguf { requant, .. } | Self::Hf { requant, .. }) = self;
+        match requant.as_ref().and_then(|r| r.get(name)) {
+            Some(&to) if to != t.format => {
+                let tensor_err = |source| ModelError::Tensor {
+                    name: name.to_string(),
+                    source,
+                };
+                let x = crate::quant::dequantize(t.format, &t.bytes, t.rows, t.cols).map_err(tensor_err)?;
+                let q = super::requantize::quantize_parallel(to, &x, t.rows, t.cols).map_err(tensor_err)?;
+                Ok(RawTensor {
+                    format: to,
+                    bytes: Cow::Owned(q),
+                    ..t
+                })
+            }
+            _ => Ok(t),
+        }
+    }
+
+    /// The tensor named `name` as stored.
+    pub fn stored_tensor(&self, name: &str) -> Result<RawTensor<'_>, ModelError> {
         match self {
             Self::Gguf { file, .. } => {
                 let t = file
@@ -114,7 +201,7 @@ impl ModelFiles {
                     format,
                     rows,
                     cols,
-                    bytes: file.bytes(t),
+                    bytes: Cow::Borrowed(file.bytes(t)),
                 })
             }
             Self::Hf { st, .. } => {
@@ -127,7 +214,7 @@ impl ModelFiles {
                     format: t.format,
                     rows,
                     cols,
-                    bytes: st.bytes(t),
+                    bytes: Cow::Borrowed(st.bytes(t)),
                 })
             }
         }

@@ -7,6 +7,9 @@
 //! order one for one (Rust never contracts to fma); `nearest_int` is ggml's
 //! round-half-even trick.
 
+// Index loops over parallel arrays mirror the reference one for one.
+#![allow(clippy::needless_range_loop)]
+
 use super::blocks::scale_min_k4;
 use half::f16;
 

@@ -10,7 +10,7 @@ use super::WeightFormat;
 
 /// A quantisation mix by llama.cpp's name.
 #[allow(non_camel_case_types)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Mix {
     F32,
     F16,
@@ -111,6 +111,16 @@ impl Mix {
             Mix::Q6_K => 18,
             Mix::BF16 => 32,
         }
+    }
+}
+
+impl std::str::FromStr for Mix {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Mix::from_name(s).ok_or_else(|| {
+            let names: Vec<String> = Mix::ALL.iter().map(|m| m.name()).collect();
+            format!("unknown quantisation type {s:?}; use one of {}", names.join(", "))
+        })
     }
 }
 

@@ -66,7 +66,9 @@ pub enum FormatError {
         block: usize,
         k: usize,
     },
-    #[error("wllm cannot write {format:?}; it writes F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K")]
+    #[error(
+        "wllm cannot write {format:?}; it writes F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K"
+    )]
     NotWritable { format: WeightFormat },
     #[error("cannot fuse {what}: the matrices differ in format or row length")]
     Mismatch { what: String },

@@ -112,7 +112,10 @@ fn first_abs_max(x: &[f32]) -> f32 {
 /// then byte j = quant j's low nibble | quant j + 16's low nibble << 4.
 fn push_quants(q: &[u8], five_bit: bool, out: &mut Vec<u8>) {
     if five_bit {
-        let qh = q.iter().enumerate().fold(0u32, |a, (j, &v)| a | (u32::from(v >> 4) << j));
+        let qh = q
+            .iter()
+            .enumerate()
+            .fold(0u32, |a, (j, &v)| a | (u32::from(v >> 4) << j));
         out.extend(qh.to_le_bytes());
     }
     out.extend((0..16).map(|j| (q[j] & 0xF) | (q[j + 16] << 4)));

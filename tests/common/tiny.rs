@@ -18,6 +18,11 @@ pub struct TinySpec {
     pub context: usize,
     /// Llama 3 style `rope_freqs.weight` divisors (head_dim / 2 of them).
     pub rope_freqs: Option<Vec<f32>>,
+    /// The matrices' formats: matrix i of layer l gets `formats[(8l + i) % len]`
+    pub formats: Vec<WeightFormat>,
+    /// Write every matrix as F32 holding its quantised values (the f32 twin of
+    /// the same spec and seed).
+    pub f32_twin: bool,
 }
 
 impl Default for TinySpec {
@@ -30,6 +35,16 @@ impl Default for TinySpec {
             inter: 128,
             context: 1024,
             rope_freqs: None,
+            formats: vec![
+                WeightFormat::Q8_0,
+                WeightFormat::Q4_0,
+                WeightFormat::F16,
+                WeightFormat::Q4_1,
+                WeightFormat::F32,
+                WeightFormat::Bf16,
+                WeightFormat::Q8_0,
+            ],
+            f32_twin: false,
         }
     }
 }
@@ -67,9 +82,13 @@ fn put_str(b: &mut Vec<u8>, s: &str) {
     b.extend(s.as_bytes());
 }
 
-fn quantize(format: WeightFormat, v: &[f32]) -> Vec<u8> {
+fn quantize(format: WeightFormat, v: &[f32], k: usize) -> Vec<u8> {
     let mut out = Vec::new();
     match format {
+        WeightFormat::IQ4_NL | WeightFormat::IQ4_XS => return iq4(format, v),
+        f if f.block().0 == 256 || matches!(f, WeightFormat::Q5_0 | WeightFormat::Q5_1) => {
+            return wllm::quant::quantize::quantize(f, v, v.len() / k, k).expect("quantize");
+        }
         WeightFormat::F32 => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
         WeightFormat::F16 => v.iter().for_each(|x| out.extend(f16::from_f32(*x).to_le_bytes())),
         WeightFormat::Bf16 => v.iter().for_each(|x| out.extend(bf16::from_f32(*x).to_le_bytes())),
@@ -109,6 +128,53 @@ fn quantize(format: WeightFormat, v: &[f32]) -> Vec<u8> {
             }
         }
         other => panic!("the tiny model writer has no {other:?} quantiser"),
+    }
+    out
+}
+
+/// IQ4_NL / IQ4_XS blocks (wllm writes neither): each value to its nearest
+/// code-book entry under a max-based scale; enough for a model that loads.
+fn iq4(format: WeightFormat, v: &[f32]) -> Vec<u8> {
+    use wllm::quant::blocks::IQ4_VALUES;
+    let nearest = |x: f32| -> u8 {
+        (0..16)
+            .min_by(|&a, &b| {
+                (x - f32::from(IQ4_VALUES[a]))
+                    .abs()
+                    .total_cmp(&(x - f32::from(IQ4_VALUES[b])).abs())
+            })
+            .unwrap_or(0) as u8
+    };
+    let pack = |sub: &[f32], d: f32, out: &mut Vec<u8>| {
+        let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+        out.extend((0..16).map(|j| nearest(sub[j] * id) | (nearest(sub[j + 16] * id) << 4)));
+    };
+    let amax = |s: &[f32]| s.iter().fold(0f32, |a, x| a.max(x.abs()));
+    let mut out = Vec::new();
+    if format == WeightFormat::IQ4_NL {
+        for sub in v.chunks(32) {
+            let d = f16::from_f32(amax(sub) / 127.0);
+            out.extend(d.to_le_bytes());
+            pack(sub, d.to_f32(), &mut out);
+        }
+        return out;
+    }
+    for sb in v.chunks(256) {
+        let d = f16::from_f32(amax(sb) / 127.0 / 31.0);
+        let ls: Vec<u8> = sb
+            .chunks(32)
+            .map(|s| ((amax(s) / 127.0 / d.to_f32()).round() as i32 + 32).clamp(0, 63) as u8)
+            .collect();
+        out.extend(d.to_le_bytes());
+        let sh = ls
+            .iter()
+            .enumerate()
+            .fold(0u16, |a, (i, &l)| a | (u16::from(l >> 4) << (2 * i)));
+        out.extend(sh.to_le_bytes());
+        out.extend((0..4).map(|i| (ls[2 * i] & 0xF) | ((ls[2 * i + 1] & 0xF) << 4)));
+        for (s, &l) in sb.chunks(32).zip(&ls) {
+            pack(s, d.to_f32() * (i32::from(l) - 32) as f32, &mut out);
+        }
     }
     out
 }
@@ -155,15 +221,7 @@ pub fn write_tiny_gguf(dir: &Path, name: &str, spec: &TinySpec, r: &mut StdRng) 
     let kvw = spec.kv_heads * hd;
     let mut tensors: Vec<(String, Vec<usize>, WeightFormat)> =
         vec![("token_embd.weight".into(), vec![h, vocab], WeightFormat::Q8_0)];
-    let formats = [
-        WeightFormat::Q8_0,
-        WeightFormat::Q4_0,
-        WeightFormat::F16,
-        WeightFormat::Q4_1,
-        WeightFormat::F32,
-        WeightFormat::Bf16,
-        WeightFormat::Q8_0,
-    ];
+    let formats = &spec.formats;
     for l in 0..spec.layers {
         let n = |s: &str| format!("blk.{l}.{s}.weight");
         tensors.push((n("attn_norm"), vec![h], WeightFormat::F32));
@@ -178,7 +236,7 @@ pub fn write_tiny_gguf(dir: &Path, name: &str, spec: &TinySpec, r: &mut StdRng) 
             ("ffn_down", spec.inter, h),
         ];
         for (i, (name, k, nrows)) in mats.into_iter().enumerate() {
-            tensors.push((n(name), vec![k, nrows], formats[(i + l) % formats.len()]));
+            tensors.push((n(name), vec![k, nrows], formats[(8 * l + i) % formats.len()]));
         }
     }
     tensors.push(("output_norm.weight".into(), vec![h], WeightFormat::F32));
@@ -240,8 +298,15 @@ pub fn write_tiny_gguf(dir: &Path, name: &str, spec: &TinySpec, r: &mut StdRng) 
         while data.len() % 32 != 0 {
             data.push(0);
         }
-        infos.push((name.clone(), dims.clone(), ggml_type(*f), data.len() as u64));
-        data.extend(quantize(*f, &v));
+        let q = quantize(*f, &v, k);
+        if spec.f32_twin && dims.len() > 1 {
+            let x = wllm::quant::dequantize(*f, &q, n / k, k).expect("dequantize");
+            infos.push((name.clone(), dims.clone(), 0, data.len() as u64));
+            x.iter().for_each(|v| data.extend(v.to_le_bytes()));
+        } else {
+            infos.push((name.clone(), dims.clone(), ggml_type(*f), data.len() as u64));
+            data.extend(q);
+        }
     }
     for (name, dims, t, off) in &infos {
         put_str(&mut b, name);
