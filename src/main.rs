@@ -29,6 +29,8 @@ enum Command {
     Kernels(cli::kernels::KernelsArgs),
     /// Where a step's milliseconds go: per-kernel times of decode steps and a prefill chunk.
     Profile(cli::profile::ProfileArgs),
+    /// Perplexity of a text file, as llama.cpp's llama-perplexity measures it.
+    Perplexity(cli::perplexity::PerplexityArgs),
     /// Re-quantise a GGUF at one of llama.cpp's mixes: `wllm quantize IN OUT Q4_K_M`.
     Quantize(cli::quantize::QuantizeArgs),
     /// Serve the OpenAI-compatible HTTP API.
@@ -84,6 +86,7 @@ fn main() {
         Some(Command::Info(a)) => cli::info::run(&a),
         Some(Command::Kernels(a)) => cli::kernels::run(&a),
         Some(Command::Profile(a)) => cli::profile::run(&a),
+        Some(Command::Perplexity(a)) => cli::perplexity::run(&a),
         Some(Command::Quantize(a)) => cli::quantize::run(&a),
         Some(Command::Serve(a)) => cli::serve::run(&a),
         Some(Command::Bench(c)) => cli::bench::run(&c),

@@ -29,6 +29,7 @@ fn a_recorded_step_splits_by_kernel_and_runs_as_execute_does() {
             len: 9,
             block_table: &tables[s],
             sample: true,
+            logits_from: None,
         })
         .collect();
     let (step, rows, sampling) = runner.record(&chunks).unwrap();

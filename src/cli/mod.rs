@@ -7,6 +7,7 @@ pub mod chat;
 pub mod generate;
 pub mod info;
 pub mod kernels;
+pub mod perplexity;
 pub mod plot;
 pub mod profile;
 pub mod quantize;

@@ -145,6 +145,7 @@ fn profile(
             len: ids.len() - cached,
             block_table: table,
             sample: true,
+            logits_from: None,
         })
         .collect();
     // The whole step, recorded anew for each run as the engine does.

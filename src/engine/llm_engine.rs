@@ -213,6 +213,7 @@ impl LlmEngine {
                     len,
                     block_table: &table[..len.div_ceil(bs)],
                     sample: true,
+                    logits_from: None,
                 }
             }
             let chunks: Vec<SeqChunk> = if n <= seqs {
@@ -274,6 +275,7 @@ impl LlmEngine {
                     len: n,
                     block_table: &s.block_table.blocks,
                     sample,
+                    logits_from: None,
                 }
             })
             .collect();

@@ -21,6 +21,9 @@ pub struct SeqChunk<'a> {
     pub block_table: &'a [u32],
     /// Whether the last token of this chunk yields a next token.
     pub sample: bool,
+    /// Every token of the chunk at or past this position yields a logits row
+    /// (scoring, e.g. perplexity) instead of the last one only.
+    pub logits_from: Option<usize>,
 }
 
 /// What a step returns, one entry per sampling sequence in batch order.
@@ -160,7 +163,10 @@ impl<B: Backend> ModelRunner<B> {
                 slots.push(c.block_table[p / bs] * bs as u32 + (p % bs) as u32);
             }
             tables[s * b.max_blocks..s * b.max_blocks + c.block_table.len()].copy_from_slice(c.block_table);
-            if c.sample {
+            if let Some(from) = c.logits_from {
+                let first = ids.len() - c.len;
+                rows.extend((c.start.max(from)..end).map(|p| (first + p - c.start) as u32));
+            } else if c.sample {
                 rows.push(ids.len() as u32 - 1);
             }
         }
@@ -176,6 +182,12 @@ impl<B: Backend> ModelRunner<B> {
         ks.write(&b.block_tables, bytemuck::cast_slice(&tables))
             .map_err(backend_err)?;
         let n_rows = rows.len();
+        if n_rows > b.max_seqs {
+            return Err(ModelError::Config(format!(
+                "step asks for {n_rows} logits rows; the runner holds {} (raise --max-num-seqs)",
+                b.max_seqs
+            )));
+        }
         // A step with no sampling row still runs the LM head on one row (cheap) so
         // that the encoded pass is always the same shape.
         if rows.is_empty() {

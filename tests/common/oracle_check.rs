@@ -60,6 +60,7 @@ pub fn check_greedy<B: Backend>(tok: &Tokenizer, runner: &ModelRunner<B>) {
                 len,
                 block_table: &table,
                 sample: last,
+                logits_from: None,
             };
             let r = runner.execute(&[chunk], last).unwrap();
             if last {
@@ -92,6 +93,7 @@ pub fn check_greedy<B: Backend>(tok: &Tokenizer, runner: &ModelRunner<B>) {
                 len: 1,
                 block_table: &table,
                 sample: true,
+                logits_from: None,
             };
             got.push(runner.execute(&[chunk], false).unwrap().argmax[0]);
         }

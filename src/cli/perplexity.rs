@@ -1,0 +1,75 @@
+//! `wllm perplexity --file TEXT`: llama.cpp's perplexity (windows of `--ctx`
+//! tokens, the second half of each scored), the running value on a progress bar.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::EngineArgs;
+
+#[derive(Args, Clone, Debug)]
+pub struct PerplexityArgs {
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// The text to score (UTF-8).
+    #[arg(long)]
+    pub file: PathBuf,
+    /// Tokens per window (llama.cpp's -c); the second half of each window is scored.
+    #[arg(long, default_value_t = 512)]
+    pub ctx: usize,
+    /// Score at most this many windows (default: as many as the text holds).
+    #[arg(long)]
+    pub chunks: Option<usize>,
+}
+
+pub fn run(a: &PerplexityArgs) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
+    if a.ctx < 4 {
+        bail!("--ctx {} is too small (at least 4)", a.ctx);
+    }
+    let mut cfg = a.engine.config()?;
+    // A window is prefilled in steps of up to 512 tokens, each with a logits row per token.
+    let step = a.ctx.min(512);
+    cfg.max_num_batched_tokens = step;
+    cfg.max_num_seqs = step;
+    cfg.max_model_len = Some(a.ctx);
+    let t0 = std::time::Instant::now();
+    let mut engine = wllm::engine::LlmEngine::new(&cfg)?;
+    let tokens = engine.tokenizer.encode(&text).context("tokenizing the text")?;
+    eprintln!(
+        "{}: {} tokens; {} windows of {} ({} loaded in {:.1} s)",
+        a.file.display(),
+        tokens.len(),
+        (tokens.len() / a.ctx).min(a.chunks.unwrap_or(usize::MAX)),
+        a.ctx,
+        cfg.model.display(),
+        t0.elapsed().as_secs_f64()
+    );
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} windows  {elapsed}  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let t1 = std::time::Instant::now();
+    let mut running = Vec::new();
+    let ppl = engine.perplexity(&tokens, a.ctx, a.chunks, |done, total, p| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+        bar.set_message(format!("PPL {:.4}", p.value()));
+        running.push(format!("[{done}]{:.4}", p.value()));
+    })?;
+    bar.finish_and_clear();
+    println!("{}", running.join(","));
+    println!(
+        "Final estimate: PPL = {:.4} +/- {:.5}  ({} windows of {}, {} tokens scored, {:.1} s)",
+        ppl.value(),
+        ppl.uncertainty(),
+        ppl.windows,
+        a.ctx,
+        ppl.scored,
+        t1.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

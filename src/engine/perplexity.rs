@@ -1,0 +1,141 @@
+//! Perplexity as llama.cpp's `llama-perplexity` measures it: the text's tokens
+//! cut into windows of `ctx`, the first token of each replaced by BOS when the
+//! model adds one, each window run from an empty cache, and only its second
+//! half scored (every scored token sees at least ctx/2 tokens of context):
+//! PPL = exp(mean over scored tokens of −log p(token | the window before it)).
+//! The window runs in chunks of the engine's step budget with a logits row per
+//! scored position (`SeqChunk::logits_from`); log-softmax is taken in f64.
+
+use super::{BlockTable, EngineError, LlmEngine, SeqChunk};
+
+/// The running result.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Perplexity {
+    pub windows: usize,
+    pub scored: usize,
+    /// Σ −log p and Σ (−log p)² over scored tokens.
+    pub nll: f64,
+    pub nll2: f64,
+}
+
+impl Perplexity {
+    pub fn value(&self) -> f64 {
+        (self.nll / self.scored.max(1) as f64).exp()
+    }
+
+    /// llama.cpp's ± (standard error of the mean NLL carried through exp).
+    pub fn uncertainty(&self) -> f64 {
+        let n = self.scored as f64;
+        if n < 2.0 {
+            return f64::NAN;
+        }
+        let mean = self.nll / n;
+        let var = self.nll2 / n - mean * mean;
+        mean.exp() * (var.max(0.0) / (n - 1.0)).sqrt()
+    }
+}
+
+impl LlmEngine {
+    /// −log p(tokens[p + 1]) for every p in `first..tokens.len() - 1`, the
+    /// window run from an empty cache. The engine must be idle.
+    pub fn score_window(&mut self, tokens: &[u32], first: usize) -> Result<Vec<f64>, EngineError> {
+        if self.has_unfinished() {
+            return Err(EngineError::Config("scoring needs an engine with no requests running".into()));
+        }
+        let n = tokens.len();
+        let bs = self.plan.block_size;
+        let step = self.scheduler.cfg.max_num_batched_tokens.min(self.scheduler.cfg.max_num_seqs);
+        if n > self.plan.max_model_len || n.div_ceil(bs) > self.scheduler.blocks.num_free_blocks() {
+            return Err(EngineError::Config(format!(
+                "a window of {n} tokens does not fit (max model length {}, {} free KV blocks of {bs})",
+                self.plan.max_model_len,
+                self.scheduler.blocks.num_free_blocks()
+            )));
+        }
+        let mut table = BlockTable::default();
+        self.scheduler.blocks.allocate(&mut table, (Vec::new(), Vec::new()), n);
+        let vocab = self.model_config.vocab;
+        let mut out = Vec::with_capacity(n.saturating_sub(first + 1));
+        let mut result = Ok(());
+        for start in (0..n).step_by(step.max(1)) {
+            let len = step.min(n - start);
+            let chunk = SeqChunk {
+                token_ids: tokens,
+                start,
+                len,
+                block_table: &table.blocks,
+                sample: false,
+                logits_from: Some(first),
+            };
+            let from = start.max(first);
+            let rows = (start + len).saturating_sub(from);
+            let r = match self.runner.execute(&[chunk], rows > 0) {
+                Ok(r) => r,
+                Err(e) => {
+                    result = Err(e.into());
+                    break;
+                }
+            };
+            if let Some(logits) = r.logits {
+                for (i, row) in logits.chunks_exact(vocab).enumerate() {
+                    let p = from + i;
+                    if p + 1 < n {
+                        out.push(neg_log_softmax(row, tokens[p + 1] as usize));
+                    }
+                }
+            }
+        }
+        self.scheduler.blocks.deallocate(&mut table);
+        result.map(|()| out)
+    }
+
+    /// Perplexity of `tokens` in windows of `ctx` (at most `max_windows`);
+    /// `progress(windows done, windows, running value)` after each window.
+    pub fn perplexity(
+        &mut self,
+        tokens: &[u32],
+        ctx: usize,
+        max_windows: Option<usize>,
+        mut progress: impl FnMut(usize, usize, &Perplexity),
+    ) -> Result<Perplexity, EngineError> {
+        if ctx < 4 {
+            return Err(EngineError::Config(format!("--ctx {ctx} is too small (at least 4)")));
+        }
+        let windows = (tokens.len() / ctx).min(max_windows.unwrap_or(usize::MAX));
+        if windows == 0 {
+            return Err(EngineError::Config(format!(
+                "the text has {} tokens; perplexity needs at least one window of --ctx {ctx}",
+                tokens.len()
+            )));
+        }
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= self.model_config.vocab) {
+            return Err(EngineError::Config(format!(
+                "token {t} is outside the model's vocabulary of {}",
+                self.model_config.vocab
+            )));
+        }
+        let bos = self.tokenizer.add_bos.then_some(self.tokenizer.bos_id).flatten();
+        let mut ppl = Perplexity::default();
+        for w in 0..windows {
+            let mut win = tokens[w * ctx..(w + 1) * ctx].to_vec();
+            if let Some(b) = bos {
+                win[0] = b;
+            }
+            for v in self.score_window(&win, ctx / 2)? {
+                ppl.nll += v;
+                ppl.nll2 += v * v;
+                ppl.scored += 1;
+            }
+            ppl.windows += 1;
+            progress(w + 1, windows, &ppl);
+        }
+        Ok(ppl)
+    }
+}
+
+/// −log softmax(row)[target], in f64.
+fn neg_log_softmax(row: &[f32], target: usize) -> f64 {
+    let max = row.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v)) as f64;
+    let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+    max + sum.ln() - row[target] as f64
+}
