@@ -281,3 +281,62 @@ fn quantize_refuses_bad_input_clearly() {
     );
     assert!(run(&["quantize", m, m, "Q8_0"]).contains("is the input"));
 }
+
+/// Perplexity on the README (6 windows of 128) orders the mixes by their bits:
+/// Q2_K above Q4_K_M above Q8_0; the two ways of running it agree.
+#[test]
+fn perplexity_orders_q2_k_above_q4_k_m_above_q8_0() {
+    use wllm::EngineConfig;
+    use wllm::engine::LlmEngine;
+    use wllm::model::requantize::quantize_gguf;
+    use wllm::quant::mix::Mix;
+    let dir = test_dir("ppl");
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let mut ppl = Vec::new();
+    for mix in [Mix::Q2_K, Mix::Q4_K_M, Mix::Q8_0] {
+        let file = dir.join(format!("{}.gguf", mix.name()));
+        quantize_gguf(&default_model_path(), &file, mix, |_, _, _| ()).unwrap();
+        let cfg = EngineConfig {
+            model: file,
+            kv_cache_memory: Some(16 << 20),
+            max_num_batched_tokens: 128,
+            max_num_seqs: 128,
+            max_model_len: Some(128),
+            ..Default::default()
+        };
+        let mut e = LlmEngine::with_context(&kernels().ctx, &cfg).unwrap();
+        let tokens = e.tokenizer.encode(&text).unwrap();
+        let mut seen = Vec::new();
+        let p = e
+            .perplexity(&tokens, 128, Some(6), |done, total, p| {
+                seen.push((done, total, p.value()))
+            })
+            .unwrap();
+        assert_eq!((p.windows, p.scored), (6, 6 * 63), "{mix:?}");
+        assert_eq!(seen.len(), 6);
+        assert_eq!(seen[5], (6, 6, p.value()));
+        assert!(p.value().is_finite() && p.value() > 1.0, "{mix:?}: {}", p.value());
+        eprintln!("{mix:?}: PPL {:.3} +/- {:.3}", p.value(), p.uncertainty());
+        ppl.push(p.value());
+    }
+    assert!(ppl[0] > ppl[1] && ppl[1] > ppl[2], "PPL Q2_K, Q4_K_M, Q8_0 = {ppl:?}");
+}
+
+#[test]
+fn perplexity_refuses_a_text_shorter_than_a_window() {
+    use wllm::EngineConfig;
+    use wllm::engine::LlmEngine;
+    let cfg = EngineConfig {
+        model: default_model_path(),
+        kv_cache_memory: Some(16 << 20),
+        ..Default::default()
+    };
+    let mut e = LlmEngine::with_context(&kernels().ctx, &cfg).unwrap();
+    let err = e
+        .perplexity(&[1, 2, 3], 512, None, |_, _, _| ())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("at least one window"), "{err}");
+    let err = e.perplexity(&[1, 2, 3], 2, None, |_, _, _| ()).unwrap_err().to_string();
+    assert!(err.contains("too small"), "{err}");
+}

@@ -40,11 +40,17 @@ impl LlmEngine {
     /// window run from an empty cache. The engine must be idle.
     pub fn score_window(&mut self, tokens: &[u32], first: usize) -> Result<Vec<f64>, EngineError> {
         if self.has_unfinished() {
-            return Err(EngineError::Config("scoring needs an engine with no requests running".into()));
+            return Err(EngineError::Config(
+                "scoring needs an engine with no requests running".into(),
+            ));
         }
         let n = tokens.len();
         let bs = self.plan.block_size;
-        let step = self.scheduler.cfg.max_num_batched_tokens.min(self.scheduler.cfg.max_num_seqs);
+        let step = self
+            .scheduler
+            .cfg
+            .max_num_batched_tokens
+            .min(self.scheduler.cfg.max_num_seqs);
         if n > self.plan.max_model_len || n.div_ceil(bs) > self.scheduler.blocks.num_free_blocks() {
             return Err(EngineError::Config(format!(
                 "a window of {n} tokens does not fit (max model length {}, {} free KV blocks of {bs})",
