@@ -130,7 +130,10 @@ fn bad_quantize_input_is_refused() {
 /// The tensor types llama.cpp's `llama-quantize` (0.3.36, --allow-requantize)
 /// wrote for each mix of the default model; wllm's files were also compared
 /// with those byte for byte when this was written (every tensor identical).
-const LLAMA_QUANTIZE_TYPES: [(&str, &[(&str, usize)], u32); 13] = [
+/// A mix, its tensors' types with their counts, and its `general.file_type`.
+type MixTypes = (&'static str, &'static [(&'static str, usize)], u32);
+
+const LLAMA_QUANTIZE_TYPES: [MixTypes; 13] = [
     ("Q8_0", &[("F32", 61), ("Q8_0", 211)], 7),
     ("Q6_K", &[("F32", 61), ("Q6_K", 30), ("Q8_0", 181)], 18),
     (
