@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command of the README: sets up what the tests need on a fresh machine
-# (a Vulkan driver — lavapipe where there is no GPU — and the default model),
-# then runs the whole test suite in release mode on the real adapter, and the
+# (a Vulkan driver — lavapipe where there is no GPU — the default model,
+# and llama.cpp's gguf-py, the quantisation tests' reference), then runs the
+# whole test suite in release mode on the real adapter, and the
 # cuda backend's tests (`--features cuda`): on a machine without an NVIDIA
 # device those compile its kernels with NVRTC (fetched from PyPI) and print why
 # the device comparisons skip.
@@ -17,6 +18,11 @@ if ! ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1; then
   fi
 fi
 ./models/fetch.sh >/dev/null
+# The quantisation tests check wllm against llama.cpp's own reader, gguf-py.
+if ! python3 -c "import gguf" 2>/dev/null; then
+  echo "test.sh: installing llama.cpp's gguf-py (python3 -m pip install gguf) for the quantisation tests" >&2
+  python3 -m pip install --quiet gguf >&2
+fi
 # The test binaries open devices without the CLI's private runtime dir (src/main.rs).
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 cargo test --release "$@"

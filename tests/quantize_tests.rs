@@ -187,14 +187,14 @@ const LLAMA_QUANTIZE_TYPES: [MixTypes; 13] = [
 #[test]
 fn every_mix_of_the_default_model_has_llama_quantizes_types_and_gguf_py_reads_it() {
     use wllm::model::gguf::GgufFile;
-    use wllm::model::requantize::quantize_gguf;
+    use wllm::model::requantize::quantize_model;
     use wllm::quant::mix::Mix;
     let dir = test_dir("mixes");
     for (name, want, file_type) in LLAMA_QUANTIZE_TYPES {
         let out = dir.join(format!("{name}.gguf"));
         let mix = Mix::from_name(name).unwrap();
         let mut calls = 0;
-        let report = quantize_gguf(&default_model_path(), &out, mix, |_, _, _| calls += 1).unwrap();
+        let report = quantize_model(&default_model_path(), &out, mix, |_, _, _| calls += 1).unwrap();
         assert_eq!(calls, 273, "{name}: a progress call per tensor and one at the end");
         let mut got: Vec<(String, usize)> = Vec::new();
         for (_, _, to) in &report.tensors {
@@ -235,7 +235,7 @@ fn quantize_at_load_equals_the_written_file() {
     use wllm::{EngineConfig, Prompt, SamplingParams};
     let dir = test_dir("at_load");
     let file = dir.join("q4km.gguf");
-    wllm::model::requantize::quantize_gguf(&default_model_path(), &file, Mix::Q4_K_M, |_, _, _| ()).unwrap();
+    wllm::model::requantize::quantize_model(&default_model_path(), &file, Mix::Q4_K_M, |_, _, _| ()).unwrap();
     let run = |model: std::path::PathBuf, quantize: Option<Mix>| {
         let cfg = EngineConfig {
             model,
@@ -291,14 +291,14 @@ fn quantize_refuses_bad_input_clearly() {
 fn perplexity_orders_q2_k_above_q4_k_m_above_q8_0() {
     use wllm::EngineConfig;
     use wllm::engine::LlmEngine;
-    use wllm::model::requantize::quantize_gguf;
+    use wllm::model::requantize::quantize_model;
     use wllm::quant::mix::Mix;
     let dir = test_dir("ppl");
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let mut ppl = Vec::new();
     for mix in [Mix::Q2_K, Mix::Q4_K_M, Mix::Q8_0] {
         let file = dir.join(format!("{}.gguf", mix.name()));
-        quantize_gguf(&default_model_path(), &file, mix, |_, _, _| ()).unwrap();
+        quantize_model(&default_model_path(), &file, mix, |_, _, _| ()).unwrap();
         let cfg = EngineConfig {
             model: file,
             kv_cache_memory: Some(16 << 20),
@@ -342,4 +342,78 @@ fn perplexity_refuses_a_text_shorter_than_a_window() {
     assert!(err.contains("at least one window"), "{err}");
     let err = e.perplexity(&[1, 2, 3], 2, None, |_, _, _| ()).unwrap_err().to_string();
     assert!(err.contains("too small"), "{err}");
+}
+
+/// A Hugging Face directory (made from the default GGUF by gguf-to-hf) written
+/// as a Q8_0 GGUF: llama.cpp's tokenizer metadata round-trips exactly, gguf-py
+/// reads every tensor, and it generates what the directory quantised at load
+/// generates.
+#[test]
+fn an_hf_directory_quantizes_to_a_gguf_with_the_same_tokenizer() {
+    use wllm::engine::LlmEngine;
+    use wllm::model::gguf::GgufFile;
+    use wllm::model::requantize::quantize_model;
+    use wllm::quant::mix::Mix;
+    use wllm::{EngineConfig, Prompt, SamplingParams};
+    let dir = test_dir("hf_quantize");
+    let hf = dir.join("hf");
+    let st = std::process::Command::new(env!("CARGO_BIN_EXE_gguf-to-hf"))
+        .arg(default_model_path())
+        .arg(&hf)
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "gguf-to-hf failed");
+    let out = dir.join("hf-q8_0.gguf");
+    quantize_model(&hf, &out, Mix::Q8_0, |_, _, _| ()).unwrap();
+    let (a, b) = (
+        GgufFile::open(&out).unwrap(),
+        GgufFile::open(&default_model_path()).unwrap(),
+    );
+    for key in [
+        "tokenizer.ggml.model",
+        "tokenizer.ggml.pre",
+        "tokenizer.ggml.tokens",
+        "tokenizer.ggml.merges",
+        "tokenizer.ggml.token_type",
+        "tokenizer.ggml.bos_token_id",
+        "tokenizer.ggml.eos_token_id",
+        "tokenizer.chat_template",
+        "llama.block_count",
+        "llama.attention.head_count_kv",
+        "llama.rope.freq_base",
+    ] {
+        assert_eq!(a.metadata.get(key), b.metadata.get(key), "{key}");
+    }
+    assert_eq!(a.order.len(), b.order.len());
+    for (name, ty, vals) in gguf_py::tensors(&out) {
+        let t = &a.tensors[&name];
+        let f = WeightFormat::from_ggml_type(t.ggml_type).unwrap();
+        assert_eq!(f.name(), ty);
+        let k = t.dims[0] as usize;
+        assert!(
+            quant::dequantize(f, a.bytes(t), vals.len() / k, k).unwrap() == vals,
+            "{name}"
+        );
+    }
+    let run = |model: std::path::PathBuf, quantize: Option<Mix>| {
+        let cfg = EngineConfig {
+            model,
+            quantize,
+            kv_cache_memory: Some(16 << 20),
+            ..Default::default()
+        };
+        let mut e = LlmEngine::with_context(&kernels().ctx, &cfg).unwrap();
+        let ids = e.tokenize(&Prompt::Text("Once upon a time".into())).unwrap();
+        let s = SamplingParams {
+            max_tokens: Some(8),
+            ..SamplingParams::greedy()
+        };
+        e.add_request(ids, s).unwrap();
+        let mut toks = Vec::new();
+        while e.has_unfinished() {
+            e.step().unwrap().into_iter().for_each(|o| toks.extend(o.token_ids));
+        }
+        toks
+    };
+    assert_eq!(run(out, None), run(hf, Some(Mix::Q8_0)));
 }

@@ -1,17 +1,18 @@
-//! `wllm quantize IN OUT TYPE`: a GGUF re-quantised at one of llama.cpp's
-//! mixes (`Q4_K_M`, `Q8_0`, …) with llama-quantize's per-tensor rules.
+//! `wllm quantize IN OUT TYPE`: a GGUF or a Hugging Face directory written as a
+//! GGUF at one of llama.cpp's mixes (`Q4_K_M`, `Q8_0`, …) with
+//! llama-quantize's per-tensor rules.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use wllm::model::requantize::quantize_gguf;
+use wllm::model::requantize::quantize_model;
 use wllm::quant::mix::Mix;
 
 #[derive(Args, Clone, Debug)]
 pub struct QuantizeArgs {
-    /// The model to quantise: a .gguf file.
+    /// The model to quantise: a .gguf file or a Hugging Face directory (Llama, byte-level BPE tokenizer).
     pub input: PathBuf,
     /// Where to write the new .gguf (replaced when it exists; written beside it first).
     pub output: PathBuf,
@@ -26,14 +27,6 @@ pub fn run(a: &QuantizeArgs) -> anyhow::Result<()> {
         let names: Vec<String> = Mix::ALL.iter().map(|m| m.name()).collect();
         bail!("unknown quantisation type {:?}; use one of {}", a.mix, names.join(", "));
     };
-    if a.input.is_dir() {
-        bail!(
-            "{} is a directory: `wllm quantize` reads a .gguf file; to run a Hugging Face directory quantised, \
-             pass `--quantize {}` to generate, chat, serve or bench",
-            a.input.display(),
-            mix.name()
-        );
-    }
     if a.input.canonicalize().ok() == a.output.canonicalize().ok() {
         bail!("the output {} is the input: write to another file", a.output.display());
     }
@@ -43,7 +36,7 @@ pub fn run(a: &QuantizeArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let t0 = std::time::Instant::now();
-    let report = quantize_gguf(&a.input, &a.output, mix, |done, total, name| {
+    let report = quantize_model(&a.input, &a.output, mix, |done, total, name| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
         bar.set_message(name.to_string());

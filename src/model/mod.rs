@@ -5,6 +5,7 @@ pub mod config;
 pub mod gguf;
 pub mod gguf_writer;
 pub mod hf_config;
+pub mod hf_to_gguf;
 pub mod layer_weights;
 pub mod llama;
 pub mod requantize;
