@@ -226,3 +226,61 @@ fn chat_prompt_goes_through_the_template() {
     assert_eq!(text, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
     assert_eq!(ids[0], 256, "<|im_start|> is parsed as its special token");
 }
+
+/// A group of 40 long sequences holds every running slot; a single request
+/// added later gets its first token within two steps (a slot is taken back
+/// from the group and recomputed later), and every sequence still produces
+/// exactly its solo tokens.
+#[test]
+fn a_large_group_yields_a_slot_to_a_new_request() {
+    let model = tiny_model("fair_group");
+    let mut cfg = tiny_config(model, 4096, 256);
+    cfg.max_num_seqs = 8;
+    let mut core = LlmEngine::with_context(&kernels().ctx, &cfg).unwrap();
+    let params = |n| SamplingParams {
+        max_tokens: Some(n),
+        ignore_eos: true,
+        ..SamplingParams::greedy()
+    };
+    let prompts: Vec<Vec<u32>> = (0..40u32).map(|i| vec![10 + i, 20, 30 + i % 7]).collect();
+    for (i, p) in prompts.iter().enumerate() {
+        core.add_request_in_group(i as u64, p.clone(), params(24), 0).unwrap();
+    }
+    let mut out: HashMap<u64, Vec<u32>> = HashMap::new();
+    for _ in 0..3 {
+        for o in core.step().unwrap() {
+            out.entry(o.id).or_default().extend(o.token_ids);
+        }
+    }
+    let small = 1000u64;
+    core.add_request_in_group(small, vec![7, 8, 9], params(4), small)
+        .unwrap();
+    let preempted_before = core.scheduler.num_preemptions;
+    let mut steps = 0;
+    while out.get(&small).is_none_or(|t| t.is_empty()) {
+        for o in core.step().unwrap() {
+            out.entry(o.id).or_default().extend(o.token_ids);
+        }
+        steps += 1;
+        assert!(steps <= 2, "the new request waited {steps} steps");
+    }
+    assert!(
+        core.scheduler.num_preemptions > preempted_before,
+        "no slot was taken back"
+    );
+    while core.has_unfinished() {
+        for o in core.step().unwrap() {
+            out.entry(o.id).or_default().extend(o.token_ids);
+        }
+        core.check_blocks().unwrap();
+    }
+    let mut solo = LlmEngine::with_context(&kernels().ctx, &cfg).unwrap();
+    for (i, p) in prompts.iter().enumerate().step_by(9) {
+        assert_eq!(
+            out[&(i as u64)],
+            run_all(&mut solo, &[(p.clone(), params(24))])[0],
+            "sequence {i}"
+        );
+    }
+    assert_eq!(out[&small], run_all(&mut solo, &[(vec![7, 8, 9], params(4))])[0]);
+}

@@ -10,7 +10,7 @@ use common::tiny::{TinySpec, write_tiny_gguf};
 use common::*;
 use serde_json::{Value, json};
 use wllm::client::{get, post_json, post_raw, post_stream};
-use wllm::server::{ServerConfig, router};
+use wllm::server::{ServerConfig, serve_until};
 use wllm::{Engine, EngineConfig, Prompt, SamplingParams};
 
 struct Server {
@@ -36,14 +36,12 @@ fn start(name: &str, max_pending: usize) -> Server {
         .unwrap();
     let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = router(
-        engine.clone(),
-        ServerConfig {
-            served_model_name: "tiny".into(),
-            max_pending_requests: max_pending,
-        },
-    );
-    rt.spawn(async move { axum::serve(listener, app).await });
+    let cfg = ServerConfig {
+        served_model_name: "tiny".into(),
+        max_pending_requests: max_pending,
+        ..Default::default()
+    };
+    rt.spawn(serve_until(listener, engine.clone(), cfg, std::future::pending()));
     Server {
         base: format!("http://{addr}"),
         engine,

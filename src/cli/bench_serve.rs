@@ -126,6 +126,10 @@ pub fn run(a: &BenchServeArgs) -> anyhow::Result<()> {
             let cfg = wllm::server::ServerConfig {
                 served_model_name: a.served_model_name.clone().unwrap_or_else(|| "wllm".into()),
                 max_pending_requests: 1 << 20,
+                max_connections: wllm::server::listener::default_max_connections(
+                    wllm::server::listener::raise_nofile_limit(),
+                ),
+                ..Default::default()
             };
             rt.spawn(wllm::server::serve_on(listener, engine, cfg));
             (format!("http://{addr}"), true)

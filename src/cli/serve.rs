@@ -1,7 +1,7 @@
 //! `wllm serve`: the OpenAI-compatible HTTP server.
 
 use clap::Args;
-use wllm::server::{ServerConfig, serve};
+use wllm::server::{ServerConfig, listener, serve};
 
 use super::EngineArgs;
 
@@ -16,9 +16,35 @@ pub struct ServeArgs {
     /// The model name clients must use (default: the model file or directory name).
     #[arg(long)]
     pub served_model_name: Option<String>,
-    /// Requests in flight beyond which new ones are refused with 503.
-    #[arg(long, default_value_t = 1024)]
+    /// Sequences (prompts × n of every request) in flight beyond which new requests get 503.
+    #[arg(long, default_value_t = 4096)]
     pub max_pending_requests: usize,
+    /// Most sequences one request may ask for (prompts × n); more is a 400.
+    #[arg(long, default_value_t = 256)]
+    pub max_seqs_per_request: usize,
+    /// Require `Authorization: Bearer KEY` on every /v1 route (and /metrics).
+    #[arg(long, env = "WLLM_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Serve /metrics without the API key.
+    #[arg(long)]
+    pub metrics_public: bool,
+    /// Origins web pages may call the API from (CORS), comma-separated; `*` for any. None by default.
+    #[arg(long, value_delimiter = ',')]
+    pub allowed_origins: Vec<String>,
+    /// Open connections beyond which new ones get 503 and are closed (default: the open-file limit
+    /// less 256, at most 16384).
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Seconds a connection has to send each request head — new or idle between keep-alive
+    /// requests — before it is closed.
+    #[arg(long, default_value_t = 30)]
+    pub head_timeout: u64,
+    /// Seconds a request body has to arrive (408 after).
+    #[arg(long, default_value_t = 30)]
+    pub body_timeout: u64,
+    /// Largest request body in bytes (413 beyond).
+    #[arg(long, default_value_t = 32 << 20)]
+    pub max_body_bytes: usize,
 }
 
 /// The default served name of a model path.
@@ -31,6 +57,10 @@ pub fn model_name(path: &std::path::Path) -> String {
 }
 
 pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
+    if a.api_key.as_deref().is_some_and(str::is_empty) {
+        anyhow::bail!("--api-key (or WLLM_API_KEY) is empty");
+    }
+    let nofile = listener::raise_nofile_limit();
     let engine = a.engine.start_warm()?;
     let cfg = ServerConfig {
         served_model_name: a
@@ -38,7 +68,23 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(|| model_name(&a.engine.model_path().unwrap_or_default())),
         max_pending_requests: a.max_pending_requests,
+        max_seqs_per_request: a.max_seqs_per_request,
+        api_key: a.api_key.clone(),
+        metrics_public: a.metrics_public,
+        allowed_origins: a.allowed_origins.clone(),
+        max_connections: a
+            .max_connections
+            .unwrap_or_else(|| listener::default_max_connections(nofile)),
+        head_timeout: std::time::Duration::from_secs(a.head_timeout.max(1)),
+        body_timeout: std::time::Duration::from_secs(a.body_timeout.max(1)),
+        max_body_bytes: a.max_body_bytes,
     };
+    if cfg.api_key.is_none() && !a.host.starts_with("127.") && a.host != "localhost" && a.host != "::1" {
+        eprintln!(
+            "warning: serving on {} without --api-key: anyone who can reach it can use it",
+            a.host
+        );
+    }
     let addr: std::net::SocketAddr = format!("{}:{}", a.host, a.port)
         .parse()
         .map_err(|e| anyhow::anyhow!("bad --host/--port {}:{}: {e}", a.host, a.port))?;

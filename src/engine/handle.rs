@@ -24,6 +24,7 @@ type Item = Result<RequestOutput, EngineError>;
 enum Command {
     Add {
         id: SeqId,
+        group: Option<SeqId>,
         prompt: Vec<u32>,
         params: SamplingParams,
         out: tmpsc::UnboundedSender<Item>,
@@ -143,6 +144,18 @@ impl Engine {
 
     /// Starts a request. Errors (bad parameters, prompt too long) come back here.
     pub fn generate(&self, prompt: Prompt, params: SamplingParams) -> Result<RequestStream, EngineError> {
+        self.generate_in(prompt, params, None)
+    }
+
+    /// As `generate`, as part of a group of sequences (e.g. the prompts × n of
+    /// one HTTP request, grouped under the first one's id): the scheduler
+    /// admits groups in turn, so a large group does not hold back others.
+    pub fn generate_in(
+        &self,
+        prompt: Prompt,
+        params: SamplingParams,
+        group: Option<SeqId>,
+    ) -> Result<RequestStream, EngineError> {
         let ids = self.tokenize(&prompt)?;
         validate_request(
             &ids,
@@ -155,6 +168,7 @@ impl Engine {
         let prompt_token_ids = ids.clone();
         self.send(Command::Add {
             id,
+            group,
             prompt: ids,
             params,
             out,
@@ -211,10 +225,11 @@ fn run_loop(mut core: LlmEngine, rx: mpsc::Receiver<Command>) {
             match cmd {
                 Command::Add {
                     id,
+                    group,
                     prompt,
                     params,
                     out,
-                } => match core.add_request_with_id(id, prompt, params) {
+                } => match core.add_request_in_group(id, prompt, params, group.unwrap_or(id)) {
                     Ok(()) => {
                         streams.insert(id, out);
                     }

@@ -163,6 +163,18 @@ impl LlmEngine {
         prompt: Vec<u32>,
         params: SamplingParams,
     ) -> Result<(), EngineError> {
+        self.add_request_in_group(id, prompt, params, id)
+    }
+
+    /// As `add_request_with_id`, in a group of sequences the scheduler admits
+    /// in turn with other groups (see `Scheduler::schedule_within`).
+    pub fn add_request_in_group(
+        &mut self,
+        id: SeqId,
+        prompt: Vec<u32>,
+        params: SamplingParams,
+        group: SeqId,
+    ) -> Result<(), EngineError> {
         let max_total = self.validate(&prompt, &params)?;
         if self.scheduler.seqs.contains_key(&id) {
             return Err(EngineError::InvalidRequest(format!(
@@ -170,7 +182,9 @@ impl LlmEngine {
             )));
         }
         self.next_id = self.next_id.max(id + 1);
-        self.scheduler.add(Sequence::new(id, prompt, params, max_total));
+        let mut seq = Sequence::new(id, prompt, params, max_total);
+        seq.group = group;
+        self.scheduler.add(seq);
         Ok(())
     }
 
@@ -414,7 +428,8 @@ pub fn validate_request(
         });
     }
     match params.max_tokens {
-        Some(m) if prompt.len() + m > max_model_len => Err(EngineError::PromptTooLong {
+        // prompt.len() < max_model_len (checked above): no sum that can wrap.
+        Some(m) if m > max_model_len - prompt.len() => Err(EngineError::PromptTooLong {
             prompt: prompt.len(),
             max_tokens: m,
             max_model_len,

@@ -49,6 +49,9 @@ pub struct Scheduler {
     pub prefix_hits: u64,
 }
 
+/// Sequences a step may take back from a large group for a waiting one.
+const FAIR_PREEMPTS_PER_STEP: usize = 8;
+
 impl Scheduler {
     pub fn new(cfg: SchedulerConfig, blocks: BlockManager) -> Self {
         Self {
@@ -141,16 +144,35 @@ impl Scheduler {
             i += 1;
         }
         if out.preempted.is_empty() {
-            while budget > 0 && self.running.len() < self.cfg.max_num_seqs {
-                let Some(&id) = self.waiting.front() else { break };
+            let mut fair_preempts = 0;
+            while budget > 0 {
+                let Some((pos, id, group_running)) = self.next_waiting() else {
+                    break;
+                };
                 let seq = &self.seqs[&id];
                 let cached = self.blocks.cached_prefix(&seq.token_ids);
                 let num_cached = cached.0.len() * self.blocks.block_size;
                 let need = (seq.num_tokens() - num_cached).min(budget);
-                if !self.blocks.can_allocate(&cached.0, num_cached + need) {
+                let fits = self.running.len() < self.cfg.max_num_seqs
+                    && self.blocks.can_allocate(&cached.0, num_cached + need);
+                if !fits {
+                    // A request with nothing running waits behind one that holds
+                    // several slots: take one of those back (it is recomputed later).
+                    if group_running == 0
+                        && fair_preempts < FAIR_PREEMPTS_PER_STEP
+                        && let Some(victim) = self.fair_share_victim()
+                    {
+                        if let Some(k) = out.scheduled.iter().position(|&(s, _)| s == victim) {
+                            budget += out.scheduled.remove(k).1;
+                        }
+                        self.preempt(victim);
+                        out.preempted.push(victim);
+                        fair_preempts += 1;
+                        continue;
+                    }
                     break;
                 }
-                self.waiting.pop_front();
+                self.waiting.remove(pos);
                 self.prefix_queries += seq.num_tokens() as u64;
                 self.prefix_hits += num_cached as u64;
                 let seq = self.seqs.get_mut(&id).expect("waiting sequence exists");
@@ -166,6 +188,60 @@ impl Scheduler {
         }
         out.num_batched_tokens = cap - budget;
         out
+    }
+
+    /// The next waiting sequence to admit: the first waiting one of the group
+    /// with the fewest running sequences (ties: the earliest in the queue), so
+    /// that a request of many sequences cannot hold back a small one; with one
+    /// sequence per group this is the queue's order. Returns its queue
+    /// position, id and its group's running count.
+    fn next_waiting(&self) -> Option<(usize, SeqId, usize)> {
+        let first = *self.waiting.front()?;
+        let multi = self
+            .waiting
+            .iter()
+            .any(|id| self.seqs[id].group != self.seqs[&first].group)
+            || self
+                .running
+                .iter()
+                .any(|id| self.seqs[id].group == self.seqs[&first].group);
+        if !multi {
+            return Some((0, first, 0));
+        }
+        let mut running: HashMap<SeqId, usize> = HashMap::new();
+        for id in &self.running {
+            *running.entry(self.seqs[id].group).or_default() += 1;
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut best: Option<(usize, SeqId, usize)> = None;
+        for (pos, &id) in self.waiting.iter().enumerate() {
+            let g = self.seqs[&id].group;
+            if !seen.insert(g) {
+                continue;
+            }
+            let r = running.get(&g).copied().unwrap_or(0);
+            if best.is_none_or(|b| r < b.2) {
+                best = Some((pos, id, r));
+                if r == 0 {
+                    break;
+                }
+            }
+        }
+        best
+    }
+
+    /// The most recently admitted sequence of the group with the most running
+    /// sequences, when that group has at least two.
+    fn fair_share_victim(&self) -> Option<SeqId> {
+        let mut running: HashMap<SeqId, usize> = HashMap::new();
+        for id in &self.running {
+            *running.entry(self.seqs[id].group).or_default() += 1;
+        }
+        let (&g, &n) = running.iter().max_by_key(|&(g, n)| (*n, std::cmp::Reverse(*g)))?;
+        if n < 2 {
+            return None;
+        }
+        self.running.iter().rev().copied().find(|id| self.seqs[id].group == g)
     }
 
     /// Removes a finished or aborted sequence, freeing its blocks.

@@ -54,6 +54,9 @@ pub struct SeqTimes {
 /// One request.
 pub struct Sequence {
     pub id: SeqId,
+    /// The client request the sequence belongs to (prompts × n of one HTTP
+    /// request share it; the scheduler admits groups in turn). Its own id by default.
+    pub group: SeqId,
     /// Prompt followed by generated tokens.
     pub token_ids: Vec<u32>,
     pub prompt_len: usize,
@@ -80,6 +83,7 @@ impl Sequence {
         let prompt_len = prompt.len();
         Self {
             id,
+            group: id,
             token_ids: prompt,
             prompt_len,
             num_computed_tokens: 0,

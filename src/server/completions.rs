@@ -6,8 +6,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -25,9 +26,13 @@ enum Api {
     Chat,
 }
 
-fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("malformed request body: {e}"), None))
+async fn parse<T: serde::de::DeserializeOwned>(s: &AppState, headers: &HeaderMap, body: Body) -> Result<T, ApiError> {
+    let v = super::request::json_body(s, headers, body).await?;
+    serde_json::from_value(v).map_err(|e| ApiError::bad_request(format!("malformed request body: {e}"), None))
 }
+
+/// Chat roles wllm renders (a tool role needs tool support, which it lacks).
+const ROLES: [&str; 4] = ["system", "developer", "user", "assistant"];
 
 fn check_model(s: &AppState, model: &Option<String>) -> Result<(), ApiError> {
     match model {
@@ -60,14 +65,16 @@ fn n_of(c: &CommonParams) -> Result<usize, ApiError> {
     }
 }
 
-/// Starts `n` streams per prompt; choice index = prompt * n + i.
+/// Starts `n` streams per prompt; choice index = prompt * n + i. They form
+/// one scheduling group (the first one's id), admitted in turn with others.
 fn start(s: &AppState, prompts: Vec<Prompt>, p: &SamplingParams, n: usize) -> Result<Vec<RequestStream>, ApiError> {
-    let mut streams = Vec::new();
+    let mut streams: Vec<RequestStream> = Vec::new();
     for prompt in prompts {
         for i in 0..n {
             let mut pi = p.clone();
             pi.seed = p.seed.map(|seed| seed.wrapping_add(i as u64));
-            streams.push(s.engine.generate(prompt.clone(), pi)?);
+            let group = streams.first().map(|st| st.id());
+            streams.push(s.engine.generate_in(prompt.clone(), pi, group)?);
         }
     }
     Ok(streams)
@@ -86,9 +93,8 @@ fn request_id(api: Api) -> String {
     format!("{prefix}-{:x}{:06x}", now_secs(), N.fetch_add(1, Ordering::Relaxed))
 }
 
-pub async fn completions(State(s): State<Arc<AppState>>, body: Bytes) -> Result<Response, ApiError> {
-    let guard = InFlight::enter(&s)?;
-    let req: CompletionRequest = parse(&body)?;
+pub async fn completions(State(s): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let req: CompletionRequest = parse(&s, &headers, body).await?;
     check_model(&s, &req.common.model)?;
     let prompts = match req.prompt {
         PromptInput::Text(t) => vec![Prompt::Text(t)],
@@ -105,6 +111,7 @@ pub async fn completions(State(s): State<Arc<AppState>>, body: Bytes) -> Result<
         req.logprobs,
     )?;
     let n = n_of(&req.common)?;
+    let guard = InFlight::enter(&s, prompts.len().saturating_mul(n))?;
     let streams = start(&s, prompts, &p, n)?;
     respond(s, guard, Api::Completion, streams, &req.common, req.logprobs.is_some()).await
 }
@@ -131,12 +138,21 @@ fn message_text(c: &ContentInput) -> Result<String, ApiError> {
     }
 }
 
-pub async fn chat_completions(State(s): State<Arc<AppState>>, body: Bytes) -> Result<Response, ApiError> {
-    let guard = InFlight::enter(&s)?;
-    let req: ChatRequest = parse(&body)?;
+pub async fn chat_completions(
+    State(s): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let req: ChatRequest = parse(&s, &headers, body).await?;
     check_model(&s, &req.common.model)?;
     if req.messages.is_empty() {
         return Err(ApiError::bad_request("messages must not be empty", Some("messages")));
+    }
+    if let Some(m) = req.messages.iter().find(|m| !ROLES.contains(&m.role.as_str())) {
+        return Err(ApiError::bad_request(
+            format!("unknown message role {:?}; wllm takes {}", m.role, ROLES.join(", ")),
+            Some("messages"),
+        ));
     }
     let messages = req
         .messages
@@ -156,6 +172,7 @@ pub async fn chat_completions(State(s): State<Arc<AppState>>, body: Bytes) -> Re
         logprobs,
     )?;
     let n = n_of(&req.common)?;
+    let guard = InFlight::enter(&s, n)?;
     let streams = start(&s, vec![Prompt::Chat(messages)], &p, n)?;
     respond(s, guard, Api::Chat, streams, &req.common, want_logprobs).await
 }

@@ -1,15 +1,23 @@
 //! The OpenAI-compatible HTTP server (axum): `/v1/models`, `/v1/completions`,
 //! `/v1/chat/completions` (streaming over SSE or not), `/health`, and `/metrics`
 //! in Prometheus text. The engine's step loop runs on its own thread; a client
-//! that disconnects drops its request streams, which aborts them.
+//! that disconnects drops its request streams, which aborts them. Limits
+//! (connections, timeouts, body size, sequences in flight and per request),
+//! the API key and CORS are `ServerConfig`'s; every error is an OpenAI error
+//! object.
 
+mod access;
+pub use access::ct_eq;
 mod completions;
 pub mod error;
+pub mod listener;
 pub mod protocol;
+mod request;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -24,8 +32,43 @@ use error::ApiError;
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     pub served_model_name: String,
-    /// Requests in flight beyond which new ones get 503.
+    /// Sequences (prompts × n of every request) in flight beyond which new
+    /// requests get 503.
     pub max_pending_requests: usize,
+    /// Most sequences one request may ask for (prompts × n); more is a 400.
+    pub max_seqs_per_request: usize,
+    /// `Authorization: Bearer` key every `/v1` route (and `/metrics`) needs.
+    pub api_key: Option<String>,
+    /// `/metrics` answers without the key.
+    pub metrics_public: bool,
+    /// Origins browsers may call from (CORS); `*` for any; none by default.
+    pub allowed_origins: Vec<String>,
+    /// Open connections beyond which new ones get a 503 and are closed.
+    pub max_connections: usize,
+    /// A connection must send each request head within this long (new and
+    /// idle keep-alive connections alike), else it is closed.
+    pub head_timeout: Duration,
+    /// A request body must arrive within this long (408 otherwise).
+    pub body_timeout: Duration,
+    /// Largest request body (413 beyond).
+    pub max_body_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            served_model_name: "model".into(),
+            max_pending_requests: 4096,
+            max_seqs_per_request: 256,
+            api_key: None,
+            metrics_public: false,
+            allowed_origins: Vec::new(),
+            max_connections: 1024,
+            head_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
+            max_body_bytes: 32 << 20,
+        }
+    }
 }
 
 pub(crate) struct AppState {
@@ -35,16 +78,28 @@ pub(crate) struct AppState {
     pub created: u64,
 }
 
-/// Counts a request in flight until dropped.
-pub(crate) struct InFlight(Arc<AppState>);
+/// Counts a request's sequences in flight until dropped.
+pub(crate) struct InFlight(Arc<AppState>, usize);
 
 impl InFlight {
-    fn enter(state: &Arc<AppState>) -> Result<Self, ApiError> {
-        let n = state.in_flight.fetch_add(1, Ordering::SeqCst);
-        let guard = Self(state.clone());
-        if n >= state.cfg.max_pending_requests {
+    /// Admits a request of `seqs` sequences (prompts × n): a 400 over the
+    /// per-request cap, a 503 when the sequences in flight would pass the limit.
+    fn enter(state: &Arc<AppState>, seqs: usize) -> Result<Self, ApiError> {
+        if seqs > state.cfg.max_seqs_per_request {
+            return Err(ApiError::bad_request(
+                format!(
+                    "this request asks for {seqs} sequences (prompts × n); the limit is {} \
+                     (--max-seqs-per-request): split it into smaller requests",
+                    state.cfg.max_seqs_per_request
+                ),
+                Some("n"),
+            ));
+        }
+        let n = state.in_flight.fetch_add(seqs, Ordering::SeqCst);
+        let guard = Self(state.clone(), seqs);
+        if n + seqs > state.cfg.max_pending_requests {
             return Err(ApiError::overloaded(format!(
-                "the server is overloaded ({n} requests in flight, limit {}); retry later",
+                "the server is overloaded ({n} sequences in flight, limit {}); retry later",
                 state.cfg.max_pending_requests
             )));
         }
@@ -54,7 +109,7 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.0.in_flight.fetch_sub(self.1, Ordering::SeqCst);
     }
 }
 
@@ -84,6 +139,16 @@ pub fn router(engine: Engine, cfg: ServerConfig) -> Router {
                 param: None,
             }
         })
+        .method_not_allowed_fallback(|req: axum::extract::Request| async move {
+            ApiError {
+                status: StatusCode::METHOD_NOT_ALLOWED,
+                kind: "invalid_request_error",
+                message: format!("{} is not allowed on {}", req.method(), req.uri().path()),
+                param: None,
+            }
+        })
+        .layer(axum::middleware::from_fn_with_state(state.clone(), access::auth))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), access::cors))
         .with_state(state)
 }
 
@@ -93,13 +158,23 @@ pub async fn serve(engine: Engine, cfg: ServerConfig, addr: SocketAddr) -> std::
     serve_on(listener, engine, cfg).await
 }
 
-/// Serves on a bound listener.
+/// Serves on a bound listener until Ctrl-C.
 pub async fn serve_on(listener: tokio::net::TcpListener, engine: Engine, cfg: ServerConfig) -> std::io::Result<()> {
-    axum::serve(listener, router(engine, cfg))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
+    serve_until(listener, engine, cfg, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
+}
+
+/// Serves on a bound listener until `shutdown` resolves.
+pub async fn serve_until(
+    listener: tokio::net::TcpListener,
+    engine: Engine,
+    cfg: ServerConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let (max, head) = (cfg.max_connections, cfg.head_timeout);
+    listener::run(listener, router(engine, cfg), max, head, shutdown).await
 }
 
 fn model_card(s: &AppState) -> serde_json::Value {

@@ -1,0 +1,107 @@
+//! Reading a request body as the API accepts it: `Content-Type:
+//! application/json` (else 415, so that a web page cannot make a "simple"
+//! cross-origin POST), at most `max_body_bytes` (413), read within
+//! `body_timeout` (408); then parsed as JSON and checked for parameters wllm
+//! does not implement (a 400 naming them, never silently ignored).
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, StatusCode, header};
+use serde_json::Value;
+
+use super::AppState;
+use super::error::ApiError;
+
+/// The body of a JSON POST, within the server's limits.
+pub async fn json_body(s: &AppState, headers: &HeaderMap, body: Body) -> Result<Value, ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let mime = ct.split(';').next().unwrap_or_default().trim();
+    if !mime.eq_ignore_ascii_case("application/json") {
+        return Err(ApiError {
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            kind: "invalid_request_error",
+            message: format!(
+                "Content-Type must be application/json, got {:?}",
+                if ct.is_empty() { "nothing" } else { ct }
+            ),
+            param: None,
+        });
+    }
+    let limit = s.cfg.max_body_bytes;
+    let bytes: Bytes = match tokio::time::timeout(s.cfg.body_timeout, axum::body::to_bytes(body, limit)).await {
+        Err(_) => {
+            return Err(ApiError {
+                status: StatusCode::REQUEST_TIMEOUT,
+                kind: "invalid_request_error",
+                message: format!("the request body did not arrive within {:?}", s.cfg.body_timeout),
+                param: None,
+            });
+        }
+        Ok(Err(e)) => {
+            return Err(ApiError {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                kind: "invalid_request_error",
+                message: format!("the request body is over the limit of {limit} bytes ({e})"),
+                param: None,
+            });
+        }
+        Ok(Ok(b)) => b,
+    };
+    let v: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("malformed request body: {e}"), None))?;
+    if !v.is_object() {
+        return Err(ApiError::bad_request("the request body must be a JSON object", None));
+    }
+    unsupported(&v)?;
+    Ok(v)
+}
+
+/// Parameters OpenAI or vLLM define that wllm does not implement yet, with
+/// the values that mean "not used" (those pass).
+fn unsupported(v: &Value) -> Result<(), ApiError> {
+    let unused = |k: &str, x: &Value| match k {
+        "logit_bias" => x.as_object().is_some_and(|m| m.is_empty()),
+        "response_format" => x["type"] == "text",
+        "tools" | "functions" => x.as_array().is_some_and(|a| a.is_empty()),
+        "tool_choice" | "function_call" => x == "none",
+        "suffix" => x.as_str().is_some_and(str::is_empty),
+        "echo" => x == false,
+        "best_of" => x == 1,
+        _ => false,
+    };
+    let keys = [
+        "logit_bias",
+        "response_format",
+        "tools",
+        "tool_choice",
+        "functions",
+        "function_call",
+        "suffix",
+        "echo",
+        "best_of",
+        "guided_json",
+        "guided_regex",
+        "guided_choice",
+        "guided_grammar",
+        "structured_outputs",
+        "prompt_logprobs",
+    ];
+    let bad: Vec<&str> = keys
+        .into_iter()
+        .filter(|k| v.get(k).is_some_and(|x| !x.is_null() && !unused(k, x)))
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(
+            format!(
+                "wllm does not support {} yet; remove {}",
+                bad.join(", "),
+                if bad.len() == 1 { "it" } else { "them" }
+            ),
+            Some(bad[0]),
+        ))
+    }
+}

@@ -1,0 +1,401 @@
+//! A server you can leave running: fairness between requests, caps on
+//! sequences, connections and bodies, timeouts, the API key, CORS, strict
+//! input, and OpenAI error objects for every refusal. Each test drives a real
+//! server over TCP with hand-written HTTP, so headers are exactly as sent.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::tiny::{TinySpec, write_tiny_gguf};
+use common::*;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use wllm::server::{ServerConfig, serve_until};
+use wllm::{Engine, EngineConfig};
+
+struct Server {
+    addr: std::net::SocketAddr,
+    engine: Engine,
+    rt: tokio::runtime::Runtime,
+}
+
+fn start(name: &str, cfg: ServerConfig, engine_cfg: impl FnOnce(&mut EngineConfig)) -> Server {
+    let dir = test_dir(name);
+    let model = write_tiny_gguf(&dir, "tiny.gguf", &TinySpec::default(), &mut rng(3));
+    let mut ec = EngineConfig {
+        model,
+        kv_cache_memory: Some(4096 * 512),
+        max_model_len: Some(1024),
+        ..Default::default()
+    };
+    engine_cfg(&mut ec);
+    let engine = Engine::new(&ec).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let cfg = ServerConfig {
+        served_model_name: "tiny".into(),
+        ..cfg
+    };
+    rt.spawn(serve_until(listener, engine.clone(), cfg, std::future::pending()));
+    Server { addr, engine, rt }
+}
+
+/// One HTTP/1.1 exchange on a fresh connection: (status, head, body).
+async fn http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, head.to_ascii_lowercase(), body.to_string())
+}
+
+const JSON: (&str, &str) = ("content-type", "application/json");
+
+/// The body is an OpenAI error object with this status as its code.
+fn openai_error(status: u16, body: &str) -> Value {
+    // A chunked body arrives with its chunk sizes; take the JSON object in it.
+    let start = body.find('{').unwrap_or_else(|| panic!("no JSON in {body:?}"));
+    let end = body.rfind('}').unwrap() + 1;
+    let v: Value = serde_json::from_str(&body[start..end]).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+    assert!(v["error"]["type"].is_string(), "{v}");
+    assert_eq!(v["error"]["code"], status.to_string(), "{v}");
+    v
+}
+
+#[test]
+fn every_refusal_is_an_openai_error_object() {
+    let s = start(
+        "limits_errors",
+        ServerConfig {
+            max_body_bytes: 2048,
+            ..Default::default()
+        },
+        |_| {},
+    );
+    let a = s.addr;
+    s.rt.block_on(async {
+        let body = r#"{"prompt": "hi", "max_tokens": 2}"#;
+        // 415: no or a non-JSON content type (a "simple" cross-origin POST).
+        for ct in [None, Some("text/plain"), Some("application/x-www-form-urlencoded")] {
+            let h: Vec<(&str, &str)> = ct.map(|c| ("content-type", c)).into_iter().collect();
+            let (st, _, b) = http(a, "POST", "/v1/completions", &h, body).await;
+            assert_eq!(st, 415, "{ct:?}: {b}");
+            openai_error(415, &b);
+        }
+        let (st, _, _) = http(a, "POST", "/v1/completions", &[("content-type", "application/json; charset=utf-8")], body).await;
+        assert_eq!(st, 200);
+        // 413 over the body limit.
+        let big = format!(r#"{{"prompt": "{}"}}"#, "x".repeat(4000));
+        let (st, _, b) = http(a, "POST", "/v1/completions", &[JSON], &big).await;
+        assert_eq!(st, 413, "{b}");
+        openai_error(413, &b);
+        // 405 on a wrong method, 404 on no route.
+        for (m, p) in [("GET", "/v1/completions"), ("DELETE", "/v1/models"), ("PUT", "/v1/chat/completions")] {
+            let (st, _, b) = http(a, m, p, &[], "").await;
+            assert_eq!(st, 405, "{m} {p}: {b}");
+            openai_error(405, &b);
+        }
+        let (st, _, b) = http(a, "GET", "/v2/anything", &[], "").await;
+        assert_eq!(st, 404);
+        openai_error(404, &b);
+        // max_tokens that would wrap the length check.
+        let (st, _, b) = http(a, "POST", "/v1/completions", &[JSON], r#"{"prompt": "hi", "max_tokens": 18446744073709551615}"#).await;
+        assert_eq!(st, 400, "{b}");
+        assert!(openai_error(400, &b)["error"]["message"].as_str().unwrap().contains("1024"));
+        // Parameters wllm does not implement are named, not ignored; their
+        // "unused" values pass.
+        for (field, value) in [
+            ("logit_bias", json!({"5": 10})),
+            ("response_format", json!({"type": "json_object"})),
+            ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
+            ("tool_choice", json!("required")),
+            ("best_of", json!(3)),
+        ] {
+            let mut req = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
+            req[field] = value;
+            let (st, _, b) = http(a, "POST", "/v1/chat/completions", &[JSON], &req.to_string()).await;
+            assert_eq!(st, 400, "{field}: {b}");
+            let v = openai_error(400, &b);
+            assert!(v["error"]["message"].as_str().unwrap().contains(field), "{v}");
+            assert_eq!(v["error"]["param"], field);
+        }
+        let ok = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+            "logit_bias": {}, "response_format": {"type": "text"}, "tools": [], "tool_choice": "none"});
+        let (st, _, b) = http(a, "POST", "/v1/chat/completions", &[JSON], &ok.to_string()).await;
+        assert_eq!(st, 200, "{b}");
+        // Unknown roles.
+        for role in ["wizard", "tool", "function", ""] {
+            let req = json!({"messages": [{"role": role, "content": "hi"}], "max_tokens": 2});
+            let (st, _, b) = http(a, "POST", "/v1/chat/completions", &[JSON], &req.to_string()).await;
+            assert_eq!(st, 400, "{role}: {b}");
+            assert!(openai_error(400, &b)["error"]["message"].as_str().unwrap().contains("role"));
+        }
+        let req = json!({"messages": [{"role": "developer", "content": "be brief"}, {"role": "user", "content": "hi"}], "max_tokens": 2});
+        let (st, _, _) = http(a, "POST", "/v1/chat/completions", &[JSON], &req.to_string()).await;
+        assert_eq!(st, 200);
+    });
+}
+
+#[test]
+fn sequences_not_requests_count_against_the_limits() {
+    let s = start(
+        "limits_seqs",
+        ServerConfig {
+            max_seqs_per_request: 16,
+            max_pending_requests: 20,
+            ..Default::default()
+        },
+        |_| {},
+    );
+    let a = s.addr;
+    s.rt.block_on(async {
+        // 4 prompts × n = 8 = 32 sequences: over the per-request cap.
+        let req = json!({"prompt": ["a", "b", "c", "d"], "n": 8, "max_tokens": 1});
+        let (st, _, b) = http(a, "POST", "/v1/completions", &[JSON], &req.to_string()).await;
+        assert_eq!(st, 400, "{b}");
+        let v = openai_error(400, &b);
+        assert!(v["error"]["message"].as_str().unwrap().contains("32 sequences"), "{v}");
+        // 16 sequences in flight (a slow request) leave room for 4 more, not 5.
+        let slow = json!({"prompt": ["a", "b"], "n": 8, "max_tokens": 200, "ignore_eos": true});
+        let big = tokio::spawn(async move { http(a, "POST", "/v1/completions", &[JSON], &slow.to_string()).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let five = json!({"prompt": "x", "n": 5, "max_tokens": 1});
+        let (st, _, b) = http(a, "POST", "/v1/completions", &[JSON], &five.to_string()).await;
+        assert_eq!(st, 503, "{b}");
+        openai_error(503, &b);
+        let four = json!({"prompt": "x", "n": 4, "max_tokens": 1});
+        let (st, _, _) = http(a, "POST", "/v1/completions", &[JSON], &four.to_string()).await;
+        assert_eq!(st, 200);
+        assert_eq!(big.await.unwrap().0, 200);
+    });
+}
+
+/// 64 prompts × n = 64 (4,096 sequences) and then a 2-token chat: the chat's
+/// first token comes within a few engine steps, long before the big request ends.
+#[test]
+fn a_small_request_is_not_stuck_behind_a_large_one() {
+    let s = start(
+        "limits_fair",
+        ServerConfig {
+            max_seqs_per_request: 4096,
+            max_pending_requests: 8192,
+            ..Default::default()
+        },
+        |c| c.max_num_seqs = 32,
+    );
+    let a = s.addr;
+    let engine = s.engine.clone();
+    s.rt.block_on(async {
+        let prompts: Vec<String> = (0..64).map(|i| format!("request {i}")).collect();
+        let req = json!({"prompt": prompts, "n": 64, "max_tokens": 4, "ignore_eos": true});
+        let big = tokio::spawn(async move { http(a, "POST", "/v1/completions", &[JSON], &req.to_string()).await });
+        // Wait until the big request fills the engine.
+        let t0 = Instant::now();
+        loop {
+            let m = engine.metrics().unwrap();
+            if m.num_requests_running >= 32 && m.num_requests_waiting > 1000 {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "the big request never filled the engine"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let steps0 = engine.metrics().unwrap().num_steps_total;
+        let small = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
+        let (st, _, b) = http(a, "POST", "/v1/chat/completions", &[JSON], &small.to_string()).await;
+        assert_eq!(st, 200, "{b}");
+        let m = engine.metrics().unwrap();
+        let steps = m.num_steps_total - steps0;
+        assert!(steps <= 6, "the small request took {steps} engine steps");
+        assert!(m.num_requests_waiting > 500, "the big request had already drained");
+        assert!(!big.is_finished());
+        let (st, _, b) = big.await.unwrap();
+        assert_eq!(st, 200);
+        let v: Value = serde_json::from_str(&b[b.find('{').unwrap()..=b.rfind('}').unwrap()]).unwrap();
+        assert_eq!(v["choices"].as_array().unwrap().len(), 4096);
+    });
+    let bs = s.engine.block_stats().unwrap();
+    assert_eq!(bs.num_free, bs.num_blocks, "blocks leaked");
+}
+
+#[test]
+fn idle_and_excess_connections_are_closed() {
+    let s = start(
+        "limits_conns",
+        ServerConfig {
+            max_connections: 100,
+            head_timeout: Duration::from_secs(2),
+            ..Default::default()
+        },
+        |_| {},
+    );
+    let a = s.addr;
+    s.rt.block_on(async {
+        // 300 clients connect and send nothing.
+        let mut idle = Vec::new();
+        for _ in 0..300 {
+            idle.push(TcpStream::connect(a).await.unwrap());
+        }
+        // Those past the cap get a 503 at once and are closed.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut refused = 0;
+        for c in idle.iter_mut() {
+            let mut buf = [0u8; 64];
+            if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(5), c.read(&mut buf)).await
+                && buf[..n].starts_with(b"HTTP/1.1 503")
+            {
+                refused += 1;
+            }
+        }
+        assert!(refused >= 190, "{refused} of 200 excess connections were refused");
+        // After the head timeout every idle connection is closed and the
+        // server answers again.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let mut closed = 0;
+        for c in idle.iter_mut() {
+            let mut buf = [0u8; 256];
+            if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_millis(50), c.read(&mut buf)).await {
+                closed += 1;
+            }
+        }
+        assert_eq!(closed, 300, "idle connections still open");
+        let (st, _, _) = http(a, "GET", "/health", &[], "").await;
+        assert_eq!(st, 200);
+        // A client that sends half a head is cut off too.
+        let mut slow = TcpStream::connect(a).await.unwrap();
+        slow.write_all(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\n")
+            .await
+            .unwrap();
+        let t = Instant::now();
+        let mut buf = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), slow.read_to_end(&mut buf)).await;
+        assert!(t.elapsed() < Duration::from_secs(5), "a slow head was not cut off");
+    });
+    // The soft open-file limit is raised to the hard one.
+    let soft = wllm::server::listener::raise_nofile_limit().unwrap();
+    assert!(soft >= 1024, "{soft}");
+}
+
+#[test]
+fn the_api_key_guards_v1_and_metrics_and_cors_is_opt_in() {
+    let s = start(
+        "limits_key",
+        ServerConfig {
+            api_key: Some("s3cret".into()),
+            ..Default::default()
+        },
+        |_| {},
+    );
+    let a = s.addr;
+    s.rt.block_on(async {
+        let body = r#"{"prompt": "hi", "max_tokens": 2}"#;
+        for auth in [
+            None,
+            Some("Bearer wrong"),
+            Some("Bearer s3cre"),
+            Some("s3cret"),
+            Some("Basic s3cret"),
+        ] {
+            let mut h = vec![JSON];
+            if let Some(v) = auth {
+                h.push(("authorization", v));
+            }
+            let (st, head, b) = http(a, "POST", "/v1/completions", &h, body).await;
+            assert_eq!(st, 401, "{auth:?}");
+            assert!(head.contains("www-authenticate: bearer"), "{head}");
+            assert_eq!(openai_error(401, &b)["error"]["type"], "authentication_error");
+        }
+        let key = ("authorization", "Bearer s3cret");
+        let (st, _, _) = http(a, "POST", "/v1/completions", &[JSON, key], body).await;
+        assert_eq!(st, 200);
+        for p in ["/v1/models", "/v1/models/tiny", "/metrics"] {
+            assert_eq!(http(a, "GET", p, &[], "").await.0, 401, "{p}");
+            assert_eq!(http(a, "GET", p, &[key], "").await.0, 200, "{p}");
+        }
+        assert_eq!(http(a, "GET", "/health", &[], "").await.0, 200);
+        // No CORS header for any origin by default, preflight or not.
+        let pre = [
+            ("origin", "http://evil.example"),
+            ("access-control-request-method", "POST"),
+        ];
+        let (_, head, _) = http(a, "OPTIONS", "/v1/completions", &pre, "").await;
+        assert!(!head.contains("access-control-allow-origin"), "{head}");
+        let (_, head, _) = http(a, "GET", "/v1/models", &[("origin", "http://evil.example"), key], "").await;
+        assert!(!head.contains("access-control-allow-origin"), "{head}");
+    });
+    let s = start(
+        "limits_cors",
+        ServerConfig {
+            allowed_origins: vec!["http://app.example".into()],
+            metrics_public: true,
+            api_key: Some("k".into()),
+            ..Default::default()
+        },
+        |_| {},
+    );
+    let a = s.addr;
+    s.rt.block_on(async {
+        assert_eq!(http(a, "GET", "/metrics", &[], "").await.0, 200, "--metrics-public");
+        let pre = |o| [("origin", o), ("access-control-request-method", "POST")];
+        let (st, head, _) = http(a, "OPTIONS", "/v1/completions", &pre("http://app.example"), "").await;
+        assert_eq!(st, 204);
+        assert!(
+            head.contains("access-control-allow-origin: http://app.example"),
+            "{head}"
+        );
+        assert!(head.contains("authorization"), "{head}");
+        let (_, head, _) = http(a, "OPTIONS", "/v1/completions", &pre("http://evil.example"), "").await;
+        assert!(!head.contains("access-control-allow-origin"), "{head}");
+        let (st, head, _) = http(
+            a,
+            "GET",
+            "/v1/models",
+            &[("origin", "http://app.example"), ("authorization", "Bearer k")],
+            "",
+        )
+        .await;
+        assert_eq!(st, 200);
+        assert!(
+            head.contains("access-control-allow-origin: http://app.example"),
+            "{head}"
+        );
+    });
+}
+
+#[test]
+fn constant_time_compare_is_equality() {
+    use wllm::server::ct_eq;
+    assert!(ct_eq(b"abc", b"abc"));
+    assert!(!ct_eq(b"abc", b"abd"));
+    assert!(!ct_eq(b"abc", b"ab"));
+    assert!(!ct_eq(b"", b"a"));
+    assert!(ct_eq(b"", b""));
+}
