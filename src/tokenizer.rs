@@ -148,8 +148,12 @@ impl Tokenizer {
 
     /// Loads tokenizer.json, tokenizer_config.json and generation_config.json of a directory.
     pub fn from_hf_dir(dir: &Path) -> Result<Self, TokenizerError> {
-        let inner = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json"))
-            .map_err(|e| build_err(format!("{}: {e}", dir.join("tokenizer.json").display())))?;
+        let path = dir.join("tokenizer.json");
+        // The tokenizers crate panics on some malformed files (found by
+        // tests/fuzz_tests.rs); a bad file must be an error, never a crash.
+        let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tokenizers::Tokenizer::from_file(&path)))
+            .map_err(|_| build_err(format!("{}: malformed tokenizer file", path.display())))?;
+        let inner = parsed.map_err(|e| build_err(format!("{}: {e}", path.display())))?;
         let read_json = |f: &str| -> serde_json::Value {
             std::fs::read_to_string(dir.join(f))
                 .ok()

@@ -153,6 +153,18 @@ impl GgufFile {
         Self::parse(map)
     }
 
+    /// Parses a GGUF held in memory (copied into an anonymous map).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, ModelError> {
+        let io = |e| ModelError::Io("(memory)".into(), e);
+        let mut m = memmap2::MmapMut::map_anon(bytes.len().max(1)).map_err(io)?;
+        m[..bytes.len()].copy_from_slice(bytes);
+        let map = m.make_read_only().map_err(io)?;
+        if bytes.is_empty() {
+            return Err(ModelError::Corrupt("file too short to be GGUF".into()));
+        }
+        Self::parse(map)
+    }
+
     fn parse(map: memmap2::Mmap) -> Result<Self, ModelError> {
         let mut c = Cursor { b: &map, pos: 0 };
         if c.take(4)
