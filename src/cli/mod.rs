@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod bench_prefix;
 pub mod bench_serve;
+pub mod bench_soak;
 pub mod chat;
 pub mod generate;
 pub mod info;
