@@ -89,9 +89,9 @@ proptest! {
     }
 
     /// Over random arrivals, with each step's budget from a `StepBudget` fed a
-    /// synthetic step cost: the step's budget (never above
-    /// max_num_batched_tokens) and max_num_seqs hold every step, the block books
-    /// balance, and every admitted request finishes.
+    /// synthetic step cost, the requests in up to four groups: the step's
+    /// budget (never above max_num_batched_tokens) and max_num_seqs hold every
+    /// step, the block books balance, and every admitted request finishes.
     #[test]
     fn scheduler_respects_budget_and_finishes_everything(
         reqs in prop::collection::vec((1usize..120, 1usize..40, 0usize..4), 1..30),
@@ -100,6 +100,7 @@ proptest! {
         blocks in 16usize..48,
         caching in any::<bool>(),
         target in prop::sample::select(vec![StepTarget::Off, StepTarget::Auto, StepTarget::Ms(5.0), StepTarget::Ms(60.0)]),
+        groups in 1usize..5,
     ) {
         let mut step_budget = StepBudget::new(target);
         let bs = 8;
@@ -112,7 +113,11 @@ proptest! {
             .map(|(i, &(p, o, pre))| {
                 let prompt: Vec<u32> = (0..p).map(|t| if t < 40 { (t + pre * 100) as u32 } else { (t * 13 + i) as u32 }).collect();
                 let params = SamplingParams { max_tokens: Some(o), ..SamplingParams::greedy() };
-                Sequence::new(i as u64, prompt, params, p + o)
+                // Requests of a few sequences each (the prompts × n of one HTTP
+                // request): the scheduler admits the groups in turn.
+                let mut seq = Sequence::new(i as u64, prompt, params, p + o);
+                seq.group = 1000 + (i % groups) as u64;
+                seq
             })
             .collect();
         let admitted = pending.len();
