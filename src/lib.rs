@@ -33,6 +33,7 @@
 pub mod backend;
 pub mod client;
 pub mod config;
+pub mod convert;
 pub mod engine;
 pub mod gpu;
 pub mod metrics;

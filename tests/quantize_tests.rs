@@ -186,8 +186,8 @@ const LLAMA_QUANTIZE_TYPES: [MixTypes; 13] = [
 
 #[test]
 fn every_mix_of_the_default_model_has_llama_quantizes_types_and_gguf_py_reads_it() {
+    use wllm::convert::quantize_model;
     use wllm::model::gguf::GgufFile;
-    use wllm::model::requantize::quantize_model;
     use wllm::quant::mix::Mix;
     let dir = test_dir("mixes");
     for (name, want, file_type) in LLAMA_QUANTIZE_TYPES {
@@ -235,7 +235,7 @@ fn quantize_at_load_equals_the_written_file() {
     use wllm::{EngineConfig, Prompt, SamplingParams};
     let dir = test_dir("at_load");
     let file = dir.join("q4km.gguf");
-    wllm::model::requantize::quantize_model(&default_model_path(), &file, Mix::Q4_K_M, |_, _, _| ()).unwrap();
+    wllm::convert::quantize_model(&default_model_path(), &file, Mix::Q4_K_M, |_, _, _| ()).unwrap();
     let run = |model: std::path::PathBuf, quantize: Option<Mix>| {
         let cfg = EngineConfig {
             model,
@@ -290,8 +290,8 @@ fn quantize_refuses_bad_input_clearly() {
 #[test]
 fn perplexity_orders_q2_k_above_q4_k_m_above_q8_0() {
     use wllm::EngineConfig;
+    use wllm::convert::quantize_model;
     use wllm::engine::LlmEngine;
-    use wllm::model::requantize::quantize_model;
     use wllm::quant::mix::Mix;
     let dir = test_dir("ppl");
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
@@ -350,9 +350,9 @@ fn perplexity_refuses_a_text_shorter_than_a_window() {
 /// generates.
 #[test]
 fn an_hf_directory_quantizes_to_a_gguf_with_the_same_tokenizer() {
+    use wllm::convert::quantize_model;
     use wllm::engine::LlmEngine;
     use wllm::model::gguf::GgufFile;
-    use wllm::model::requantize::quantize_model;
     use wllm::quant::mix::Mix;
     use wllm::{EngineConfig, Prompt, SamplingParams};
     let dir = test_dir("hf_quantize");

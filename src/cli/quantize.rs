@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use wllm::model::requantize::quantize_model;
+use wllm::convert::quantize_model;
 use wllm::quant::mix::Mix;
 
 #[derive(Args, Clone, Debug)]

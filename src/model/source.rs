@@ -171,7 +171,7 @@ impl ModelFiles {
                     source,
                 };
                 let x = crate::quant::dequantize(t.format, &t.bytes, t.rows, t.cols).map_err(tensor_err)?;
-                let q = super::requantize::quantize_parallel(to, &x, t.rows, t.cols).map_err(tensor_err)?;
+                let q = crate::quant::quantize::quantize_parallel(to, &x, t.rows, t.cols).map_err(tensor_err)?;
                 Ok(RawTensor {
                     format: to,
                     bytes: Cow::Owned(q),

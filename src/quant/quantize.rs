@@ -97,6 +97,29 @@ fn quantize_block(format: WeightFormat, x: &[f32], out: &mut Vec<u8>) {
     }
 }
 
+/// `quantize` with the rows split over the CPU's threads.
+pub fn quantize_parallel(format: WeightFormat, x: &[f32], n: usize, k: usize) -> Result<Vec<u8>, FormatError> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |t| t.get())
+        .min(n.max(1));
+    let rows = n.div_ceil(threads).max(1);
+    let parts: Vec<Result<Vec<u8>, FormatError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = x
+            .chunks(rows * k.max(1))
+            .map(|c| s.spawn(move || quantize(format, c, c.len() / k.max(1), k)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| unreachable!("quantize never panics")))
+            .collect()
+    });
+    let mut out = Vec::with_capacity(format.stored_bytes(n, k));
+    for p in parts {
+        out.extend(p?);
+    }
+    Ok(out)
+}
+
 /// The value of largest magnitude, the first one on ties (numpy's argmax).
 fn first_abs_max(x: &[f32]) -> f32 {
     let mut best = x[0];

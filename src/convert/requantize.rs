@@ -9,8 +9,9 @@
 
 use std::path::Path;
 
-use super::gguf_writer::{GgufWriter, Metadata, TensorEntry};
-use super::{ModelError, ModelFiles, hf_to_gguf};
+use super::hf_to_gguf;
+use crate::model::gguf_writer::{GgufWriter, Metadata, TensorEntry};
+use crate::model::{ModelError, ModelFiles};
 use crate::quant::mix::{Mix, ModelShape, TensorShape, plan};
 use crate::quant::{self, WeightFormat};
 
@@ -21,29 +22,6 @@ pub struct QuantizeReport {
     pub tensors: Vec<(String, String, String)>,
     pub bytes_in: u64,
     pub bytes_out: u64,
-}
-
-/// Quantises every row of `x` (`n` rows of `k`) on all threads.
-pub fn quantize_parallel(format: WeightFormat, x: &[f32], n: usize, k: usize) -> Result<Vec<u8>, quant::FormatError> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |t| t.get())
-        .min(n.max(1));
-    let rows = n.div_ceil(threads).max(1);
-    let parts: Vec<Result<Vec<u8>, quant::FormatError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = x
-            .chunks(rows * k.max(1))
-            .map(|c| s.spawn(move || quant::quantize::quantize(format, c, c.len() / k.max(1), k)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| unreachable!("quantize never panics")))
-            .collect()
-    });
-    let mut out = Vec::with_capacity(format.stored_bytes(n, k));
-    for p in parts {
-        out.extend(p?);
-    }
-    Ok(out)
 }
 
 /// One tensor to write: its GGUF name and dims, where its values come from,
@@ -206,7 +184,7 @@ pub fn quantize_model(
                 };
                 x = hf_to_gguf::permute_rows(&x, heads, cfg.head_dim, k);
             }
-            w.tensor(&quantize_parallel(item.to, &x, n, k).map_err(tensor_err(&item.name))?)?;
+            w.tensor(&quant::quantize::quantize_parallel(item.to, &x, n, k).map_err(tensor_err(&item.name))?)?;
         }
         report
             .tensors

@@ -7,8 +7,8 @@
 
 use std::path::Path;
 
-use super::gguf_writer::Metadata;
-use super::{ModelConfig, ModelError};
+use crate::model::gguf_writer::Metadata;
+use crate::model::{ModelConfig, ModelError};
 use crate::tokenizer::Tokenizer;
 
 fn bad(dir: &Path, what: impl std::fmt::Display) -> ModelError {
