@@ -223,6 +223,25 @@ impl Tokenizer {
         (&self.bos_token, &self.eos_token)
     }
 
+    /// Token ids of `text` without BOS (special tokens parsed).
+    pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        let enc = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Ids of the added tokens marked special (control tokens).
+    pub fn special_token_ids(&self) -> std::collections::HashSet<u32> {
+        self.inner
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(_, t)| t.special)
+            .map(|(id, _)| id)
+            .collect()
+    }
+
     /// The string a token id stands for, if any.
     pub fn id_to_token(&self, id: u32) -> Option<String> {
         self.inner.id_to_token(id)

@@ -26,7 +26,7 @@ enum Command {
         id: SeqId,
         group: Option<SeqId>,
         prompt: Vec<u32>,
-        params: SamplingParams,
+        params: Box<SamplingParams>,
         out: tmpsc::UnboundedSender<Item>,
     },
     Abort(SeqId),
@@ -50,6 +50,7 @@ struct Inner {
     tx: Mutex<mpsc::Sender<Command>>,
     next_id: AtomicU64,
     tokenizer: Arc<Tokenizer>,
+    guide: Arc<crate::sampling::constraint::Guide>,
     model_config: ModelConfig,
     plan: KvPlan,
     adapter: String,
@@ -84,6 +85,7 @@ impl Engine {
     pub fn from_core(core: LlmEngine) -> Self {
         let (tx, rx) = mpsc::channel();
         let tokenizer = core.tokenizer.clone();
+        let guide = core.guide.clone();
         let model_config = core.model_config.clone();
         let plan = core.plan.clone();
         let adapter = core.runner.describe();
@@ -97,6 +99,7 @@ impl Engine {
                 tx: Mutex::new(tx),
                 next_id: AtomicU64::new(0),
                 tokenizer,
+                guide,
                 model_config,
                 plan,
                 adapter,
@@ -163,6 +166,13 @@ impl Engine {
             self.inner.model_config.vocab,
             self.inner.plan.max_model_len,
         )?;
+        // A constraint that cannot compile is this call's error, not the stream's.
+        if let Some(c) = &params.constraint {
+            self.inner
+                .guide
+                .matcher(c, self.inner.model_config.vocab)
+                .map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
+        }
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (out, rx) = tmpsc::unbounded_channel();
         let prompt_token_ids = ids.clone();
@@ -170,7 +180,7 @@ impl Engine {
             id,
             group,
             prompt: ids,
-            params,
+            params: Box::new(params),
             out,
         })?;
         Ok(RequestStream {
@@ -229,7 +239,7 @@ fn run_loop(mut core: LlmEngine, rx: mpsc::Receiver<Command>) {
                     prompt,
                     params,
                     out,
-                } => match core.add_request_in_group(id, prompt, params, group.unwrap_or(id)) {
+                } => match core.add_request_in_group(id, prompt, *params, group.unwrap_or(id)) {
                     Ok(()) => {
                         streams.insert(id, out);
                     }

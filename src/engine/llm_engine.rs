@@ -21,6 +21,7 @@ use crate::backend::{Backend, OpenBackend};
 use crate::gpu::GpuContext;
 use crate::metrics::Metrics;
 use crate::model::{LlamaModel, ModelConfig, ModelFiles};
+use crate::sampling::constraint::{self, Guide};
 use crate::sampling::{self, SamplingParams};
 use crate::tokenizer::{ChatMessage, Tokenizer};
 
@@ -38,6 +39,8 @@ pub enum Prompt {
 /// The engine core.
 pub struct LlmEngine {
     pub tokenizer: Arc<Tokenizer>,
+    /// Structured output's token trie and parser factory (built on first use).
+    pub guide: Arc<Guide>,
     pub model_config: ModelConfig,
     pub plan: KvPlan,
     pub runner: Box<dyn StepRunner>,
@@ -123,8 +126,10 @@ impl LlmEngine {
         };
         let blocks = BlockManager::new(plan.num_blocks, plan.block_size, cfg.enable_prefix_caching);
         let static_bytes = runner.static_bytes();
+        let tokenizer = Arc::new(tokenizer);
         let mut me = Self {
-            tokenizer: Arc::new(tokenizer),
+            guide: Arc::new(Guide::new(tokenizer.clone())),
+            tokenizer,
             model_config,
             plan,
             scheduler: Scheduler::new(sched_cfg, blocks),
@@ -182,8 +187,17 @@ impl LlmEngine {
             )));
         }
         self.next_id = self.next_id.max(id + 1);
+        let matcher = match &params.constraint {
+            Some(c) => Some(Box::new(
+                self.guide
+                    .matcher(c, self.model_config.vocab)
+                    .map_err(|e| EngineError::InvalidRequest(e.to_string()))?,
+            )),
+            None => None,
+        };
         let mut seq = Sequence::new(id, prompt, params, max_total);
         seq.group = group;
+        seq.matcher = matcher;
         self.scheduler.add(seq);
         Ok(())
     }
@@ -315,11 +329,30 @@ impl LlmEngine {
             if seq.num_computed_tokens != seq.num_tokens() {
                 continue;
             }
+            let mut constraint_done = false;
             let (tok, lp) = if seq.params.needs_logits() {
                 let logits = result.logits.as_ref().expect("logits were read back");
                 let r = &logits[row * vocab..(row + 1) * vocab];
                 let (ctx, out) = (&seq.token_ids[..], &seq.token_ids[seq.prompt_len..]);
-                sampling::sample(r, &seq.params, ctx, out, &mut seq.rng)
+                match seq.matcher.as_deref_mut() {
+                    Some(m) => {
+                        let mut masked = r.to_vec();
+                        let eos = self.tokenizer.eos_ids.first().copied().unwrap_or(0);
+                        match constraint::apply_mask(m, &mut masked) {
+                            Ok(true) => {
+                                let (t, lp) = sampling::sample(&masked, &seq.params, ctx, out, &mut seq.rng);
+                                if !self.tokenizer.eos_ids.contains(&t) && m.consume_token(t).is_err() {
+                                    constraint_done = true;
+                                }
+                                constraint_done |= m.is_stopped();
+                                (t, lp)
+                            }
+                            // Nothing is allowed (or the matcher failed): end here.
+                            _ => (eos, None),
+                        }
+                    }
+                    None => sampling::sample(r, &seq.params, ctx, out, &mut seq.rng),
+                }
             } else {
                 (result.argmax[row], None)
             };
@@ -339,7 +372,7 @@ impl LlmEngine {
             }
             seq.times.last_token = Some(now);
             self.metrics.generation_tokens_total += 1;
-            let out = postprocess_token(seq, tok, lp, &self.tokenizer);
+            let out = postprocess_token(seq, tok, lp, &self.tokenizer, constraint_done);
             if out.finish_reason.is_some() {
                 finished.push(id);
             }

@@ -34,6 +34,7 @@ pub(super) fn postprocess_token(
     tok: u32,
     lp: Option<SampledLogprobs>,
     tokenizer: &Tokenizer,
+    constraint_done: bool,
 ) -> RequestOutput {
     seq.token_ids.push(tok);
     if let Some(l) = lp.clone() {
@@ -44,7 +45,7 @@ pub(super) fn postprocess_token(
     let stop_token = (!p.ignore_eos && tokenizer.eos_ids.contains(&tok)) || p.stop_token_ids.contains(&tok);
     // A stop token's text is never shown (so never decoded); any other token's
     // text may complete a stop string.
-    if stop_token || seq.stop.push(&seq.detok.step(tokenizer, &seq.token_ids)) {
+    if stop_token || seq.stop.push(&seq.detok.step(tokenizer, &seq.token_ids)) || constraint_done {
         finish = Some(FinishReason::Stop);
     }
     let n_out = seq.num_tokens() - seq.prompt_len;

@@ -76,6 +76,10 @@ pub struct Sequence {
     pub times: SeqTimes,
     pub num_preemptions: usize,
     pub logprobs: Vec<SampledLogprobs>,
+    /// Structured output: the matcher of the request's constraint, advanced by
+    /// every sampled token (survives preemption: the recompute replays the
+    /// same tokens, which the matcher has already consumed).
+    pub matcher: Option<Box<llguidance::Matcher>>,
 }
 
 impl Sequence {
@@ -103,6 +107,7 @@ impl Sequence {
                 finished: None,
             },
             num_preemptions: 0,
+            matcher: None,
             logprobs: Vec::new(),
         }
     }

@@ -4,6 +4,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+pub mod constraint;
 mod params;
 
 pub use params::{DEFAULT_MAX_TOKENS, SamplingOverrides, SamplingParams};
@@ -65,6 +66,7 @@ impl SamplingParams {
     /// Whether the logits row must come to the CPU (anything but plain argmax).
     pub fn needs_logits(&self) -> bool {
         !self.is_greedy()
+            || self.constraint.is_some()
             || self.logprobs.is_some()
             || self.repetition_penalty != 1.0
             || self.presence_penalty != 0.0

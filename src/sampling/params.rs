@@ -24,11 +24,15 @@ macro_rules! sampling_params {
         #[serde(default)]
         pub struct SamplingParams {
             $( $(#[doc = $doc])* pub $name: $ty, )*
+            /// Structured output: what the text must match (set from a request's
+            /// `response_format` / `structured_outputs`, or `generate --json-schema`).
+            #[serde(skip)]
+            pub constraint: Option<super::constraint::Constraint>,
         }
 
         impl Default for SamplingParams {
             fn default() -> Self {
-                Self { $( $name: $default, )* }
+                Self { $( $name: $default, )* constraint: None }
             }
         }
 

@@ -1,0 +1,187 @@
+//! Structured output: a request's constraint (JSON schema, any JSON object,
+//! regex, a choice among strings, a Lark grammar) compiled by llguidance into
+//! a matcher that gives, before each token, the set of tokens that keep the
+//! output inside the constraint. `Guide` holds the tokenizer's token trie and
+//! the parser factory, built once per model on first use and shared by every
+//! request; a constraint that cannot compile is an error at request time.
+
+use std::sync::{Arc, OnceLock};
+
+use llguidance::api::TopLevelGrammar;
+use llguidance::{Matcher, ParserFactory};
+use toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
+
+use crate::tokenizer::Tokenizer;
+
+/// What the output must match.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Constraint {
+    /// A JSON value valid against this JSON schema.
+    JsonSchema(serde_json::Value),
+    /// Any JSON object.
+    JsonObject,
+    /// The whole output matches this regular expression.
+    Regex(String),
+    /// Exactly one of these strings.
+    Choice(Vec<String>),
+    /// A grammar in llguidance's Lark syntax.
+    Grammar(String),
+}
+
+/// A constraint that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid constraint: {0}")]
+pub struct ConstraintError(pub String);
+
+impl Constraint {
+    fn grammar(&self) -> Result<TopLevelGrammar, ConstraintError> {
+        Ok(match self {
+            Constraint::JsonSchema(s) => {
+                if !s.is_object() && !s.is_boolean() {
+                    return Err(ConstraintError("a JSON schema must be an object".into()));
+                }
+                TopLevelGrammar::from_json_schema(s.clone())
+            }
+            Constraint::JsonObject => TopLevelGrammar::from_json_schema(serde_json::json!({"type": "object"})),
+            Constraint::Regex(r) => TopLevelGrammar::from_regex(r),
+            Constraint::Choice(c) => {
+                if c.is_empty() || c.iter().any(String::is_empty) {
+                    return Err(ConstraintError("a choice needs at least one non-empty string".into()));
+                }
+                let alts: Vec<String> = c.iter().map(|s| regex_syntax_escape(s)).collect();
+                TopLevelGrammar::from_regex(&format!("({})", alts.join("|")))
+            }
+            Constraint::Grammar(g) => TopLevelGrammar::from_lark(g.clone()),
+        })
+    }
+}
+
+fn regex_syntax_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 2);
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$#&-~ \t\n".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The tokenizer as llguidance sees it: each token's bytes (special tokens
+/// behind toktrie's marker), and tokenisation of byte strings.
+struct Env {
+    trie: TokTrie,
+    tok: Arc<Tokenizer>,
+}
+
+impl TokenizerEnv for Env {
+    fn tok_trie(&self) -> &TokTrie {
+        &self.trie
+    }
+    fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
+        self.tok.encode_plain(&String::from_utf8_lossy(s)).unwrap_or_default()
+    }
+}
+
+/// GPT-2's byte ↔ printable-character map, inverted: char → byte.
+fn byte_decoder() -> std::collections::HashMap<char, u8> {
+    let mut bs: Vec<u32> = (33..=126).chain(161..=172).chain(174..=255).collect();
+    let mut cs = bs.clone();
+    let mut n = 0;
+    for b in 0..256u32 {
+        if !bs.contains(&b) {
+            bs.push(b);
+            cs.push(256 + n);
+            n += 1;
+        }
+    }
+    bs.iter()
+        .zip(cs)
+        .filter_map(|(&b, c)| Some((char::from_u32(c)?, b as u8)))
+        .collect()
+}
+
+/// The token trie and parser factory of one tokenizer, built on first use.
+pub struct Guide {
+    tok: Arc<Tokenizer>,
+    factory: OnceLock<Result<Arc<ParserFactory>, String>>,
+}
+
+impl Guide {
+    pub fn new(tok: Arc<Tokenizer>) -> Self {
+        Self {
+            tok,
+            factory: OnceLock::new(),
+        }
+    }
+
+    fn build(tok: &Arc<Tokenizer>, vocab: usize) -> Result<Arc<ParserFactory>, String> {
+        let dec = byte_decoder();
+        let special = tok.special_token_ids();
+        let mut bytes = Vec::with_capacity(vocab);
+        for id in 0..vocab as u32 {
+            let Some(s) = tok.id_to_token(id) else {
+                bytes.push(Vec::new());
+                continue;
+            };
+            if special.contains(&id) {
+                let mut b = vec![TokTrie::SPECIAL_TOKEN_MARKER];
+                b.extend(s.as_bytes());
+                bytes.push(b);
+                continue;
+            }
+            let b: Option<Vec<u8>> = s.chars().map(|c| dec.get(&c).copied()).collect();
+            match b {
+                Some(b) => bytes.push(b),
+                None => {
+                    return Err(format!(
+                        "token {id} ({s:?}) is not byte-level BPE: structured output needs a byte-level BPE tokenizer"
+                    ));
+                }
+            }
+        }
+        let eos = tok
+            .eos_ids
+            .first()
+            .copied()
+            .ok_or("the tokenizer has no end-of-sequence token")?;
+        let mut info = TokRxInfo::new(vocab as u32, eos);
+        info.tok_bos = tok.bos_id;
+        let trie = TokTrie::from(&info, &bytes);
+        let env: TokEnv = Arc::new(Env { trie, tok: tok.clone() });
+        let mut f = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
+        f.quiet();
+        Ok(Arc::new(f))
+    }
+
+    /// A fresh matcher for `c` over a vocabulary of `vocab` (the model's).
+    pub fn matcher(&self, c: &Constraint, vocab: usize) -> Result<Matcher, ConstraintError> {
+        let f = self
+            .factory
+            .get_or_init(|| Self::build(&self.tok, vocab))
+            .as_ref()
+            .map_err(|e| ConstraintError(e.clone()))?;
+        let parser = f
+            .create_parser(c.grammar()?)
+            .map_err(|e| ConstraintError(e.to_string()))?;
+        let m = Matcher::new(Ok(parser));
+        match m.get_error() {
+            Some(e) => Err(ConstraintError(e)),
+            None => Ok(m),
+        }
+    }
+}
+
+/// Sets every logit the matcher forbids to −∞; returns whether any token is allowed.
+pub fn apply_mask(m: &mut Matcher, logits: &mut [f32]) -> Result<bool, ConstraintError> {
+    let mask = m.compute_mask().map_err(|e| ConstraintError(e.to_string()))?;
+    let mut any = false;
+    for (t, l) in logits.iter_mut().enumerate() {
+        if mask.is_allowed(t as TokenId) {
+            any = true;
+        } else {
+            *l = f32::NEG_INFINITY;
+        }
+    }
+    Ok(any)
+}
