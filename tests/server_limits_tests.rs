@@ -132,7 +132,7 @@ fn every_refusal_is_an_openai_error_object() {
         // "unused" values pass.
         for (field, value) in [
             ("logit_bias", json!({"5": 10})),
-            ("response_format", json!({"type": "json_object"})),
+            ("response_format", json!({"type": "xml"})),
             ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
             ("tool_choice", json!("required")),
             ("best_of", json!(3)),

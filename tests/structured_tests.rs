@@ -86,3 +86,69 @@ fn bad_constraints_are_refused() {
         assert!(e.is_some(), "{c:?} was accepted");
     }
 }
+
+mod api {
+    use super::*;
+    use wllm::client::post_json;
+    use wllm::server::{ServerConfig, serve_until};
+
+    fn with_server(f: impl FnOnce(&str, &tokio::runtime::Runtime)) {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let cfg = ServerConfig {
+            served_model_name: "m".into(),
+            ..Default::default()
+        };
+        rt.spawn(serve_until(listener, engine().clone(), cfg, std::future::pending()));
+        f(&base, &rt);
+    }
+
+    #[test]
+    fn response_format_and_structured_outputs_constrain_the_reply() {
+        with_server(|base, rt| {
+            rt.block_on(async {
+                let url = format!("{base}/v1/chat/completions");
+                let msgs = json!([{"role": "user", "content": "Give me a city as JSON."}]);
+                let schema = json!({"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}, "population": {"type": "integer"}}, "required": ["city", "population"], "additionalProperties": false});
+                let body = json!({"messages": msgs, "max_tokens": 60, "temperature": 0,
+                    "response_format": {"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": true}}});
+                let (st, v) = post_json(&url, &body).await.unwrap();
+                assert_eq!(st, 200, "{v}");
+                let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+                let j: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+                assert!(j["city"].is_string() && j["population"].is_i64(), "{j}");
+                let body = json!({"messages": msgs, "max_tokens": 5, "structured_outputs": {"choice": ["red", "green", "blue"]}});
+                let (st, v) = post_json(&url, &body).await.unwrap();
+                assert_eq!(st, 200, "{v}");
+                let t = v["choices"][0]["message"]["content"].as_str().unwrap();
+                assert!(["red", "green", "blue"].contains(&t), "{t}");
+                let body = json!({"prompt": "The year was", "max_tokens": 8, "guided_regex": " [12][0-9]{3}"});
+                let (st, v) = post_json(&format!("{base}/v1/completions"), &body).await.unwrap();
+                assert_eq!(st, 200, "{v}");
+                let t = v["choices"][0]["text"].as_str().unwrap();
+                assert!(t.len() == 5 && t.starts_with(' '), "{t:?}");
+                // Bad constraints are 400s naming the problem; the server goes on.
+                for bad in [
+                    json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}),
+                    json!({"structured_outputs": {"regex": "(oops"}}),
+                    json!({"structured_outputs": {"choice": []}}),
+                    json!({"response_format": {"type": "json_object"}, "structured_outputs": {"regex": "a"}}),
+                    json!({"structured_outputs": {"json": {"type": "no-such-type"}}}),
+                ] {
+                    let mut b = bad.clone();
+                    b["messages"] = msgs.clone();
+                    let (st, v) = post_json(&url, &b).await.unwrap();
+                    assert_eq!(st, 400, "{bad}: {v}");
+                    assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+                }
+                let (st, _) = post_json(&url, &json!({"messages": msgs, "max_tokens": 2})).await.unwrap();
+                assert_eq!(st, 200);
+            });
+        });
+    }
+}

@@ -1,8 +1,9 @@
 //! `wllm generate`: complete prompts as one batch; with --json, one JSON object per
 //! prompt, in order.
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use clap::Args;
+use wllm::sampling::constraint::Constraint;
 use wllm::{ChatMessage, Prompt};
 
 use super::{EngineArgs, SamplingArgs};
@@ -22,14 +23,44 @@ pub struct GenerateArgs {
     pub json: bool,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    /// Structured output: the text is a JSON value valid against the JSON schema in this file.
+    #[arg(long, value_name = "FILE", group = "constraint")]
+    pub json_schema: Option<std::path::PathBuf>,
+    /// Structured output: the text matches this regular expression.
+    #[arg(long, group = "constraint")]
+    pub regex: Option<String>,
+    /// Structured output: the text is one of these strings (comma-separated).
+    #[arg(long, value_delimiter = ',', group = "constraint")]
+    pub choice: Option<Vec<String>>,
+    /// Structured output: the text follows the Lark grammar in this file.
+    #[arg(long, value_name = "FILE", group = "constraint")]
+    pub grammar: Option<std::path::PathBuf>,
+}
+
+/// The constraint the flags ask for.
+fn constraint(a: &GenerateArgs) -> anyhow::Result<Option<Constraint>> {
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
+    Ok(if let Some(p) = &a.json_schema {
+        let v = serde_json::from_str(&read(p)?).with_context(|| format!("{} is not JSON", p.display()))?;
+        Some(Constraint::JsonSchema(v))
+    } else if let Some(r) = &a.regex {
+        Some(Constraint::Regex(r.clone()))
+    } else if let Some(c) = &a.choice {
+        Some(Constraint::Choice(c.clone()))
+    } else if let Some(p) = &a.grammar {
+        Some(Constraint::Grammar(read(p)?))
+    } else {
+        None
+    })
 }
 
 pub fn run(a: &GenerateArgs) -> anyhow::Result<()> {
     if a.prompt.is_empty() {
         bail!("give at least one --prompt");
     }
+    let mut params = a.sampling.params();
+    params.constraint = constraint(a)?;
     let engine = a.engine.start()?;
-    let params = a.sampling.params();
     let mut streams = Vec::new();
     for p in &a.prompt {
         let prompt = if a.chat {

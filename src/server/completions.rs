@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 use super::error::ApiError;
 use super::protocol::*;
 use super::{AppState, InFlight};
+use crate::sampling::constraint::Constraint;
 use crate::sampling::{DEFAULT_MAX_TOKENS, SampledLogprobs};
 use crate::{ChatMessage, EngineError, FinishReason, Prompt, RequestOutput, RequestStream, SamplingParams};
 
@@ -26,9 +27,17 @@ enum Api {
     Chat,
 }
 
-async fn parse<T: serde::de::DeserializeOwned>(s: &AppState, headers: &HeaderMap, body: Body) -> Result<T, ApiError> {
+/// The typed request and its structured-output constraint.
+async fn parse<T: serde::de::DeserializeOwned>(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(T, Option<Constraint>), ApiError> {
     let v = super::request::json_body(s, headers, body).await?;
-    serde_json::from_value(v).map_err(|e| ApiError::bad_request(format!("malformed request body: {e}"), None))
+    let c = super::structured::constraint_of(&v)?;
+    let t =
+        serde_json::from_value(v).map_err(|e| ApiError::bad_request(format!("malformed request body: {e}"), None))?;
+    Ok((t, c))
 }
 
 /// Chat roles wllm renders (a tool role needs tool support, which it lacks).
@@ -94,7 +103,7 @@ fn request_id(api: Api) -> String {
 }
 
 pub async fn completions(State(s): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let req: CompletionRequest = parse(&s, &headers, body).await?;
+    let (req, constraint): (CompletionRequest, _) = parse(&s, &headers, body).await?;
     check_model(&s, &req.common.model)?;
     let prompts = match req.prompt {
         PromptInput::Text(t) => vec![Prompt::Text(t)],
@@ -105,11 +114,12 @@ pub async fn completions(State(s): State<Arc<AppState>>, headers: HeaderMap, bod
     if prompts.is_empty() {
         return Err(ApiError::bad_request("prompt must not be empty", Some("prompt")));
     }
-    let p = sampling(
+    let mut p = sampling(
         &req.common,
         Some(req.common.sampling.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
         req.logprobs,
     )?;
+    p.constraint = constraint;
     let n = n_of(&req.common)?;
     let guard = InFlight::enter(&s, prompts.len().saturating_mul(n))?;
     let streams = start(&s, prompts, &p, n)?;
@@ -143,7 +153,7 @@ pub async fn chat_completions(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let req: ChatRequest = parse(&s, &headers, body).await?;
+    let (req, constraint): (ChatRequest, _) = parse(&s, &headers, body).await?;
     check_model(&s, &req.common.model)?;
     if req.messages.is_empty() {
         return Err(ApiError::bad_request("messages must not be empty", Some("messages")));
@@ -166,11 +176,12 @@ pub async fn chat_completions(
         .collect::<Result<Vec<_>, ApiError>>()?;
     let want_logprobs = req.logprobs.unwrap_or(false);
     let logprobs = want_logprobs.then(|| req.top_logprobs.unwrap_or(0));
-    let p = sampling(
+    let mut p = sampling(
         &req.common,
         req.max_completion_tokens.or(req.common.sampling.max_tokens),
         logprobs,
     )?;
+    p.constraint = constraint;
     let n = n_of(&req.common)?;
     let guard = InFlight::enter(&s, n)?;
     let streams = start(&s, vec![Prompt::Chat(messages)], &p, n)?;

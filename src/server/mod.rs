@@ -13,6 +13,7 @@ pub mod error;
 pub mod listener;
 pub mod protocol;
 mod request;
+mod structured;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

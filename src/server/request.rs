@@ -59,11 +59,11 @@ pub async fn json_body(s: &AppState, headers: &HeaderMap, body: Body) -> Result<
 }
 
 /// Parameters OpenAI or vLLM define that wllm does not implement yet, with
-/// the values that mean "not used" (those pass).
+/// the values that mean "not used" (those pass). (`response_format` and
+/// `structured_outputs` are `server::structured`'s.)
 fn unsupported(v: &Value) -> Result<(), ApiError> {
     let unused = |k: &str, x: &Value| match k {
         "logit_bias" => x.as_object().is_some_and(|m| m.is_empty()),
-        "response_format" => x["type"] == "text",
         "tools" | "functions" => x.as_array().is_some_and(|a| a.is_empty()),
         "tool_choice" | "function_call" => x == "none",
         "suffix" => x.as_str().is_some_and(str::is_empty),
@@ -73,7 +73,6 @@ fn unsupported(v: &Value) -> Result<(), ApiError> {
     };
     let keys = [
         "logit_bias",
-        "response_format",
         "tools",
         "tool_choice",
         "functions",
@@ -81,11 +80,6 @@ fn unsupported(v: &Value) -> Result<(), ApiError> {
         "suffix",
         "echo",
         "best_of",
-        "guided_json",
-        "guided_regex",
-        "guided_choice",
-        "guided_grammar",
-        "structured_outputs",
         "prompt_logprobs",
     ];
     let bad: Vec<&str> = keys
