@@ -76,6 +76,8 @@ fn bad_constraints_are_refused() {
         Constraint::Choice(vec![]),
         Constraint::JsonSchema(json!({"type": "frobnicate"})),
         Constraint::JsonSchema(json!(42)),
+        // A keyword llguidance does not implement.
+        Constraint::JsonSchema(json!({"type": "array", "uniqueItems": true})),
         Constraint::Grammar("start: nonexistent_rule".into()),
     ] {
         let p = SamplingParams {
@@ -151,4 +153,156 @@ mod api {
             });
         });
     }
+}
+
+/// 22 schemas of real shapes, each at temperature 0 and 1, in one batch:
+/// every output parses and validates against its schema.
+#[test]
+fn twenty_two_schemas_validate_at_temperature_0_and_1() {
+    let s = |v: Value| v;
+    let schemas = vec![
+        s(
+            json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 16}}, "required": ["name"], "additionalProperties": false}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"age": {"type": "integer", "minimum": 0, "maximum": 130}}, "required": ["age"], "additionalProperties": false}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": false}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]}}, "required": ["color"], "additionalProperties": false}),
+        ),
+        s(
+            json!({"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 9}, "minItems": 1, "maxItems": 4}),
+        ),
+        s(json!({"type": "array", "items": {"type": "string", "maxLength": 8}, "minItems": 2, "maxItems": 3})),
+        s(
+            json!({"type": "object", "properties": {"user": {"type": "object", "properties": {"id": {"type": "integer", "minimum": 1, "maximum": 999}, "tag": {"type": "string", "maxLength": 10}}, "required": ["id", "tag"], "additionalProperties": false}}, "required": ["user"], "additionalProperties": false}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"score": {"type": "integer", "minimum": 0, "maximum": 100}}, "required": ["score"], "additionalProperties": false}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"kind": {"const": "point"}, "x": {"type": "integer", "minimum": -50, "maximum": 50}, "y": {"type": "integer", "minimum": -50, "maximum": 50}}, "required": ["kind", "x", "y"], "additionalProperties": false}),
+        ),
+        s(json!({"anyOf": [{"type": "integer", "minimum": 0, "maximum": 9}, {"type": "string", "maxLength": 6}]})),
+        s(
+            json!({"type": "object", "properties": {"title": {"type": "string", "maxLength": 20}, "note": {"type": "string", "maxLength": 10}}, "required": ["title"], "additionalProperties": false}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"date": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}}, "required": ["date"], "additionalProperties": false}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"email": {"type": "string", "format": "email", "maxLength": 30}}, "required": ["email"], "additionalProperties": false}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3}}, "required": ["tags"], "additionalProperties": false}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"matrix": {"type": "array", "maxItems": 2, "items": {"type": "array", "maxItems": 2, "items": {"type": "integer", "minimum": 0, "maximum": 9}}}}, "required": ["matrix"], "additionalProperties": false}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"status": {"enum": ["open", "closed"]}, "count": {"type": "integer", "minimum": 0, "maximum": 99}}, "required": ["status", "count"], "additionalProperties": false}),
+        ),
+        s(
+            json!({"$defs": {"pt": {"type": "object", "properties": {"x": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["x"], "additionalProperties": false}}, "type": "object", "properties": {"a": {"$ref": "#/$defs/pt"}, "b": {"$ref": "#/$defs/pt"}}, "required": ["a", "b"], "additionalProperties": false}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"value": {"type": ["integer", "null"], "minimum": 0, "maximum": 9}}, "required": ["value"], "additionalProperties": false}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"steps": {"type": "array", "minItems": 1, "maxItems": 2, "items": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 5}, "do": {"type": "string", "maxLength": 12}}, "required": ["n", "do"], "additionalProperties": false}}}, "required": ["steps"], "additionalProperties": false}),
+        ),
+        s(json!({"type": "string", "maxLength": 12})),
+        s(json!({"type": "integer", "minimum": 10, "maximum": 20})),
+        s(
+            json!({"type": "object", "properties": {"price": {"type": "integer", "minimum": 0, "maximum": 100}, "currency": {"enum": ["EUR", "USD"]}, "in_stock": {"type": "boolean"}}, "required": ["price", "currency", "in_stock"], "additionalProperties": false}),
+        ),
+    ];
+    assert!(schemas.len() >= 22);
+    let mut streams = Vec::new();
+    for (i, sc) in schemas.iter().enumerate() {
+        for temperature in [0.0f32, 1.0] {
+            let p = SamplingParams {
+                max_tokens: Some(160),
+                temperature,
+                seed: Some(i as u64),
+                constraint: Some(Constraint::JsonSchema(sc.clone())),
+                ..SamplingParams::default()
+            };
+            let msgs = vec![wllm::ChatMessage::new("user", "Reply with JSON.")];
+            streams.push((i, temperature, engine().generate(Prompt::Chat(msgs), p).unwrap()));
+        }
+    }
+    for (i, temperature, st) in streams {
+        let r = st.collect_all().unwrap();
+        assert_eq!(
+            r.finish_reason,
+            Some(wllm::FinishReason::Stop),
+            "schema {i} at T={temperature}: {:?}",
+            r.text
+        );
+        let v: Value =
+            serde_json::from_str(&r.text).unwrap_or_else(|e| panic!("schema {i} T={temperature}: {e}: {:?}", r.text));
+        let validator = jsonschema::validator_for(&schemas[i]).unwrap();
+        assert!(
+            validator.is_valid(&v),
+            "schema {i} at T={temperature}: {} does not validate",
+            r.text
+        );
+    }
+}
+
+#[test]
+fn a_lark_grammar_and_batch_invariance() {
+    let g = "start: \"Answer: \" num \" apples\"\nnum: /[1-9][0-9]?/";
+    let (t, f) = run("How many apples?", Constraint::Grammar(g.into()), 0.0, 16);
+    assert_eq!(f, Some(wllm::FinishReason::Stop));
+    assert!(t.starts_with("Answer: ") && t.ends_with(" apples"), "{t:?}");
+    // A constrained request alone and beside others; the unconstrained ones in
+    // the batch are the tokens they get alone.
+    let c = Constraint::Regex("(yes|no|maybe), because [a-z ]{1,30}".into());
+    let alone = run("Will it rain?", c.clone(), 0.0, 20);
+    let plain = |_: usize| SamplingParams {
+        max_tokens: Some(12),
+        ..SamplingParams::greedy()
+    };
+    let solo: Vec<_> = (0..3)
+        .map(|i| solo_tokens(&format!("Tell me about number {i}."), plain(i)))
+        .collect();
+    let mut streams = Vec::new();
+    for i in 0..3 {
+        let msgs = vec![wllm::ChatMessage::new("user", &format!("Tell me about number {i}."))];
+        streams.push(engine().generate(Prompt::Chat(msgs), plain(i)).unwrap());
+    }
+    let con = engine()
+        .generate(
+            Prompt::Chat(vec![wllm::ChatMessage::new("user", "Will it rain?")]),
+            SamplingParams {
+                max_tokens: Some(20),
+                temperature: 0.0,
+                seed: Some(3),
+                constraint: Some(c),
+                ..SamplingParams::default()
+            },
+        )
+        .unwrap();
+    let batched: Vec<Vec<u32>> = streams
+        .into_iter()
+        .map(|s| s.collect_all().unwrap().token_ids)
+        .collect();
+    let con = con.collect_all().unwrap();
+    assert_eq!((con.text, con.finish_reason), alone);
+    assert_eq!(batched, solo);
+}
+
+fn solo_tokens(prompt: &str, p: SamplingParams) -> Vec<u32> {
+    let msgs = vec![wllm::ChatMessage::new("user", prompt)];
+    engine()
+        .generate(Prompt::Chat(msgs), p)
+        .unwrap()
+        .collect_all()
+        .unwrap()
+        .token_ids
 }

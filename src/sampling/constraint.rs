@@ -37,12 +37,14 @@ impl Constraint {
     fn grammar(&self) -> Result<TopLevelGrammar, ConstraintError> {
         Ok(match self {
             Constraint::JsonSchema(s) => {
-                if !s.is_object() && !s.is_boolean() {
-                    return Err(ConstraintError("a JSON schema must be an object".into()));
-                }
-                TopLevelGrammar::from_json_schema(s.clone())
+                let s = match s {
+                    serde_json::Value::Bool(true) => serde_json::json!({}),
+                    serde_json::Value::Object(_) => s.clone(),
+                    _ => return Err(ConstraintError("a JSON schema must be an object".into())),
+                };
+                TopLevelGrammar::from_json_schema(compact(s))
             }
-            Constraint::JsonObject => TopLevelGrammar::from_json_schema(serde_json::json!({"type": "object"})),
+            Constraint::JsonObject => TopLevelGrammar::from_json_schema(compact(serde_json::json!({"type": "object"}))),
             Constraint::Regex(r) => TopLevelGrammar::from_regex(r),
             Constraint::Choice(c) => {
                 if c.is_empty() || c.iter().any(String::is_empty) {
@@ -54,6 +56,18 @@ impl Constraint {
             Constraint::Grammar(g) => TopLevelGrammar::from_lark(g.clone()),
         })
     }
+}
+
+/// JSON as `json.dumps` writes it (", " and ": ", no other whitespace) unless
+/// the schema sets llguidance's own `x-guidance` options: with free whitespace
+/// a small model can emit blank lines until its token budget runs out.
+fn compact(mut schema: serde_json::Value) -> serde_json::Value {
+    if let Some(o) = schema.as_object_mut() {
+        o.entry("x-guidance").or_insert_with(
+            || serde_json::json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}),
+        );
+    }
+    schema
 }
 
 fn regex_syntax_escape(s: &str) -> String {
