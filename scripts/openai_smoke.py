@@ -1,5 +1,7 @@
 """Drives a running wllm server with the official `openai` package:
-one streamed and one plain chat completion, one completion, models.list().
+one streamed and one plain chat completion, one completion, models.list(),
+and structured output through `client.chat.completions.parse` with a
+pydantic model (response_format json_schema, strict).
 Usage: python3 scripts/openai_smoke.py BASE_URL MODEL"""
 import sys
 
@@ -25,4 +27,22 @@ assert "".join(pieces) == text, ("".join(pieces), text)
 
 comp = client.completions.create(model=model, prompt="The capital of France is", max_tokens=4, temperature=0)
 assert comp.choices[0].text.startswith(" Paris"), comp.choices[0].text
-print("openai smoke: ok:", repr(text), repr(comp.choices[0].text), models)
+from pydantic import BaseModel, Field
+
+
+class City(BaseModel):
+    name: str = Field(max_length=20)
+    country: str = Field(max_length=20)
+    population_millions: int = Field(ge=0, le=50)
+
+
+parsed = client.chat.completions.parse(
+    model=model,
+    messages=[{"role": "user", "content": "Describe Paris as JSON."}],
+    response_format=City,
+    max_tokens=80,
+    temperature=0,
+)
+city = parsed.choices[0].message.parsed
+assert isinstance(city, City), parsed.choices[0].message.content
+print("openai smoke: ok:", repr(text), repr(comp.choices[0].text), models, city)
