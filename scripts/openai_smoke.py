@@ -1,7 +1,7 @@
 """Drives a running wllm server with the official `openai` package:
 one streamed and one plain chat completion, one completion, models.list(),
-and structured output through `client.chat.completions.parse` with a
-pydantic model (response_format json_schema, strict).
+structured output through `client.chat.completions.parse` with a pydantic
+model (response_format json_schema, strict), and a required tool call.
 Usage: python3 scripts/openai_smoke.py BASE_URL MODEL"""
 import sys
 
@@ -45,4 +45,13 @@ parsed = client.chat.completions.parse(
 )
 city = parsed.choices[0].message.parsed
 assert isinstance(city, City), parsed.choices[0].message.content
-print("openai smoke: ok:", repr(text), repr(comp.choices[0].text), models, city)
+tools = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city.",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                         "required": ["city"], "additionalProperties": False}}}]
+tc = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Weather in Paris?"}],
+                                    tools=tools, tool_choice="required", max_tokens=60, temperature=0)
+call = tc.choices[0].message.tool_calls[0]
+assert call.function.name == "get_weather" and tc.choices[0].finish_reason == "tool_calls", tc
+import json
+assert "city" in json.loads(call.function.arguments), call.function.arguments
+print("openai smoke: ok:", repr(text), repr(comp.choices[0].text), models, city, call.function.arguments)

@@ -249,6 +249,15 @@ impl Tokenizer {
 
     /// Renders the chat template for `messages` with the generation prompt added.
     pub fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String, TokenizerError> {
+        self.apply_chat_template_with_tools(messages, None)
+    }
+
+    /// As `apply_chat_template`, with OpenAI-style `tools` for templates that render them.
+    pub fn apply_chat_template_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+    ) -> Result<String, TokenizerError> {
         let tpl = self.chat_template.as_ref().ok_or(TokenizerError::NoTemplate)?;
         let mut env = minijinja::Environment::new();
         minijinja_contrib::add_to_environment(&mut env);
@@ -263,6 +272,7 @@ impl Tokenizer {
             .map_err(|e| TokenizerError::Template(e.to_string()))?;
         t.render(minijinja::context! {
             messages => messages,
+            tools => tools.map(minijinja::Value::from_serialize),
             add_generation_prompt => true,
             bos_token => self.bos_token,
             eos_token => self.eos_token,

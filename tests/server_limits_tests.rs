@@ -133,7 +133,7 @@ fn every_refusal_is_an_openai_error_object() {
         for (field, value) in [
             ("logit_bias", json!({"5": 10})),
             ("response_format", json!({"type": "xml"})),
-            ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
+            ("functions", json!([{"name": "f"}])),
             ("tool_choice", json!("required")),
             ("best_of", json!(3)),
         ] {
@@ -146,11 +146,11 @@ fn every_refusal_is_an_openai_error_object() {
             assert_eq!(v["error"]["param"], field);
         }
         let ok = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
-            "logit_bias": {}, "response_format": {"type": "text"}, "tools": [], "tool_choice": "none"});
+            "logit_bias": {}, "response_format": {"type": "text"}, "tools": [], "tool_choice": "none", "functions": []});
         let (st, _, b) = http(a, "POST", "/v1/chat/completions", &[JSON], &ok.to_string()).await;
         assert_eq!(st, 200, "{b}");
         // Unknown roles.
-        for role in ["wizard", "tool", "function", ""] {
+        for role in ["wizard", "function", ""] {
             let req = json!({"messages": [{"role": role, "content": "hi"}], "max_tokens": 2});
             let (st, _, b) = http(a, "POST", "/v1/chat/completions", &[JSON], &req.to_string()).await;
             assert_eq!(st, 400, "{role}: {b}");

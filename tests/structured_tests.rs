@@ -94,6 +94,10 @@ mod api {
     use wllm::client::post_json;
     use wllm::server::{ServerConfig, serve_until};
 
+    pub fn with_server_pub(f: impl FnOnce(&str, &tokio::runtime::Runtime)) {
+        with_server(f)
+    }
+
     fn with_server(f: impl FnOnce(&str, &tokio::runtime::Runtime)) {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -305,4 +309,68 @@ fn solo_tokens(prompt: &str, p: SamplingParams) -> Vec<u32> {
         .collect_all()
         .unwrap()
         .token_ids
+}
+
+mod tool_calls {
+    use super::*;
+    use wllm::client::{post_json, post_stream};
+
+    fn weather_tools() -> Value {
+        json!([
+            {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city.",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"], "additionalProperties": false}}},
+            {"type": "function", "function": {"name": "get_time", "description": "Time in a city.",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"], "additionalProperties": false}}}
+        ])
+    }
+
+    #[test]
+    fn required_and_named_tool_choices_give_tool_calls() {
+        api::with_server_pub(|base, rt| {
+            rt.block_on(async {
+                let url = format!("{base}/v1/chat/completions");
+                let msgs = json!([{"role": "user", "content": "What is the weather in Paris?"}]);
+                for choice in [json!("required"), json!({"type": "function", "function": {"name": "get_time"}})] {
+                    let body = json!({"messages": msgs, "tools": weather_tools(), "tool_choice": choice, "max_tokens": 60, "temperature": 0});
+                    let (st, v) = post_json(&url, &body).await.unwrap();
+                    assert_eq!(st, 200, "{v}");
+                    let c = &v["choices"][0];
+                    assert_eq!(c["finish_reason"], "tool_calls", "{v}");
+                    let call = &c["message"]["tool_calls"][0];
+                    assert_eq!(call["type"], "function");
+                    let name = call["function"]["name"].as_str().unwrap();
+                    if choice.is_object() {
+                        assert_eq!(name, "get_time");
+                    } else {
+                        assert!(["get_weather", "get_time"].contains(&name));
+                    }
+                    let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+                    assert!(args["city"].is_string(), "{args}");
+                }
+                // Streamed: the tool call arrives as a delta.
+                let body = json!({"messages": msgs, "tools": weather_tools(), "tool_choice": "required", "max_tokens": 60, "temperature": 0, "stream": true});
+                let mut r = post_stream(&url, &body).await.unwrap();
+                assert_eq!(r.status, 200);
+                let mut saw_call = false;
+                while let Some(ev) = r.next_event().await.unwrap() {
+                    if ev == "[DONE]" {
+                        break;
+                    }
+                    let v: Value = serde_json::from_str(&ev).unwrap();
+                    saw_call |= v["choices"][0]["delta"]["tool_calls"][0]["function"]["name"].is_string();
+                }
+                assert!(saw_call);
+                // A tool result in the history is accepted; tool_choice without tools is not.
+                let hist = json!([{"role": "user", "content": "Weather in Paris?"},
+                    {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                    {"role": "tool", "tool_call_id": "c1", "content": "sunny, 21 C"}]);
+                let (st, v) = post_json(&url, &json!({"messages": hist, "tools": weather_tools(), "max_tokens": 8})).await.unwrap();
+                assert_eq!(st, 200, "{v}");
+                let (st, _) = post_json(&url, &json!({"messages": msgs, "tool_choice": "required"})).await.unwrap();
+                assert_eq!(st, 400);
+                let (st, _) = post_json(&url, &json!({"messages": msgs, "tools": weather_tools(), "tool_choice": {"type": "function", "function": {"name": "nope"}}})).await.unwrap();
+                assert_eq!(st, 400);
+            });
+        });
+    }
 }

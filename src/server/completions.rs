@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 
 use super::error::ApiError;
 use super::protocol::*;
+use super::tools::ToolPlan;
 use super::{AppState, InFlight};
 use crate::sampling::constraint::Constraint;
 use crate::sampling::{DEFAULT_MAX_TOKENS, SampledLogprobs};
@@ -27,21 +28,22 @@ enum Api {
     Chat,
 }
 
-/// The typed request and its structured-output constraint.
+/// The typed request, its structured-output constraint and its tools.
 async fn parse<T: serde::de::DeserializeOwned>(
     s: &AppState,
     headers: &HeaderMap,
     body: Body,
-) -> Result<(T, Option<Constraint>), ApiError> {
+) -> Result<(T, Option<Constraint>, Option<ToolPlan>), ApiError> {
     let v = super::request::json_body(s, headers, body).await?;
     let c = super::structured::constraint_of(&v)?;
+    let tools = super::tools::plan(&v)?;
     let t =
         serde_json::from_value(v).map_err(|e| ApiError::bad_request(format!("malformed request body: {e}"), None))?;
-    Ok((t, c))
+    Ok((t, c, tools))
 }
 
-/// Chat roles wllm renders (a tool role needs tool support, which it lacks).
-const ROLES: [&str; 4] = ["system", "developer", "user", "assistant"];
+/// Chat roles wllm renders.
+const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
 fn check_model(s: &AppState, model: &Option<String>) -> Result<(), ApiError> {
     match model {
@@ -103,7 +105,10 @@ fn request_id(api: Api) -> String {
 }
 
 pub async fn completions(State(s): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let (req, constraint): (CompletionRequest, _) = parse(&s, &headers, body).await?;
+    let (req, constraint, tools): (CompletionRequest, _, _) = parse(&s, &headers, body).await?;
+    if tools.is_some() {
+        return Err(ApiError::bad_request("tools are for chat completions", Some("tools")));
+    }
     check_model(&s, &req.common.model)?;
     let prompts = match req.prompt {
         PromptInput::Text(t) => vec![Prompt::Text(t)],
@@ -153,7 +158,7 @@ pub async fn chat_completions(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let (req, constraint): (ChatRequest, _) = parse(&s, &headers, body).await?;
+    let (req, constraint, tools): (ChatRequest, _, _) = parse(&s, &headers, body).await?;
     check_model(&s, &req.common.model)?;
     if req.messages.is_empty() {
         return Err(ApiError::bad_request("messages must not be empty", Some("messages")));
@@ -168,9 +173,25 @@ pub async fn chat_completions(
         .messages
         .iter()
         .map(|m| {
+            // An assistant turn that called tools is shown as its call(s).
+            let content = match (&m.content, &m.tool_calls) {
+                (ContentInput::Null, Some(calls)) => calls
+                    .iter()
+                    .map(|c| {
+                        let f = &c["function"];
+                        let args: Value = f["arguments"]
+                            .as_str()
+                            .and_then(|a| serde_json::from_str(a).ok())
+                            .unwrap_or_else(|| f["arguments"].clone());
+                        json!({"name": f["name"], "arguments": args}).to_string()
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                (c, _) => message_text(c)?,
+            };
             Ok(ChatMessage {
                 role: m.role.clone(),
-                content: message_text(&m.content)?,
+                content,
             })
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
@@ -182,10 +203,28 @@ pub async fn chat_completions(
         logprobs,
     )?;
     p.constraint = constraint;
+    let prompt = match &tools {
+        Some(tp) => {
+            if let Some(c) = tp.constraint() {
+                if p.constraint.is_some() {
+                    return Err(ApiError::bad_request(
+                        "tool_choice \"required\" or a named function cannot be combined with response_format",
+                        Some("tool_choice"),
+                    ));
+                }
+                p.constraint = Some(c);
+            }
+            Prompt::Text(tp.render(s.engine.tokenizer(), &messages)?)
+        }
+        None => Prompt::Chat(messages),
+    };
     let n = n_of(&req.common)?;
     let guard = InFlight::enter(&s, n)?;
-    let streams = start(&s, vec![Prompt::Chat(messages)], &p, n)?;
-    respond(s, guard, Api::Chat, streams, &req.common, want_logprobs).await
+    let streams = start(&s, vec![prompt], &p, n)?;
+    match tools {
+        Some(tp) => respond_tools(s, guard, streams, &req.common, tp).await,
+        None => respond(s, guard, Api::Chat, streams, &req.common, want_logprobs).await,
+    }
 }
 
 /// Awaits the next output of a stream.
@@ -316,6 +355,104 @@ async fn respond(
         json!({"id": id, "object": object, "created": created, "model": model, "choices": choices, "usage": usage}),
     )
     .into_response())
+}
+
+/// A chat response with tools: each choice is read to the end, then it is a
+/// tool call (finish_reason "tool_calls") when its text is one, else a
+/// message; streamed as a role delta, one content or tool_calls delta and the
+/// finish, when the request streams.
+async fn respond_tools(
+    s: Arc<AppState>,
+    guard: InFlight,
+    streams: Vec<RequestStream>,
+    c: &CommonParams,
+    tools: ToolPlan,
+) -> Result<Response, ApiError> {
+    let id = request_id(Api::Chat);
+    let (model, created) = (s.cfg.served_model_name.clone(), now_secs());
+    let n = c.n.unwrap_or(1).max(1);
+    let prompt_tokens: usize = streams.iter().step_by(n).map(|st| st.prompt_token_ids().len()).sum();
+    let mut choices = Vec::new();
+    let mut completion_tokens = 0;
+    for (index, mut st) in streams.into_iter().enumerate() {
+        let (mut text, mut finish) = (String::new(), None);
+        while let Some(item) = next(&mut st).await {
+            let o = item?;
+            text.push_str(&o.text);
+            completion_tokens += o.token_ids.len();
+            finish = finish.or(o.finish_reason);
+        }
+        let call_id = format!("call_{}_{index}", id.trim_start_matches("chatcmpl-"));
+        choices.push(match tools.parse_output(&text, &call_id) {
+            Some(calls) => (index, Value::Null, calls, json!("tool_calls")),
+            None => (index, json!(text), Value::Null, finish_str(finish)),
+        });
+    }
+    drop(guard);
+    let usage = Usage {
+        prompt_tokens,
+        completion_tokens,
+        total_tokens: prompt_tokens + completion_tokens,
+    };
+    if !c.stream.unwrap_or(false) {
+        let choices: Vec<Value> = choices
+            .into_iter()
+            .map(|(index, content, calls, finish)| {
+                let mut msg = json!({"role": "assistant", "content": content});
+                if !calls.is_null() {
+                    msg["tool_calls"] = calls;
+                }
+                json!({"index": index, "message": msg, "logprobs": null, "finish_reason": finish})
+            })
+            .collect();
+        return Ok(axum::Json(
+            json!({"id": id, "object": "chat.completion", "created": created, "model": model,
+            "choices": choices, "usage": usage}),
+        )
+        .into_response());
+    }
+    let chunk = |choices: Value| {
+        Event::default().data(
+            json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": choices})
+                .to_string(),
+        )
+    };
+    let mut events = Vec::new();
+    for (index, content, calls, finish) in choices {
+        events.push(chunk(
+            json!([{"index": index, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]),
+        ));
+        let delta = if calls.is_null() {
+            json!({"content": content})
+        } else {
+            let calls: Vec<Value> = calls
+                .as_array()
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .map(|(i, c)| {
+                    let mut c = c.clone();
+                    c["index"] = json!(i);
+                    c
+                })
+                .collect();
+            json!({"tool_calls": calls})
+        };
+        events.push(chunk(json!([{"index": index, "delta": delta, "finish_reason": null}])));
+        events.push(chunk(json!([{"index": index, "delta": {}, "finish_reason": finish}])));
+    }
+    if c.stream_options.as_ref().is_some_and(|o| o.include_usage) {
+        let mut v =
+            json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": []});
+        v["usage"] = json!(usage);
+        events.push(Event::default().data(v.to_string()));
+    }
+    events.push(Event::default().data("[DONE]"));
+    let (tx, rx) = mpsc::channel::<Event>(events.len().max(1));
+    for e in events {
+        let _ = tx.try_send(e);
+    }
+    Ok(Sse::new(EventStream(rx)).into_response())
 }
 
 /// What every chunk of one response repeats.

@@ -57,6 +57,9 @@ pub struct ChatMessageIn {
     pub role: String,
     #[serde(default = "null_content")]
     pub content: ContentInput,
+    /// An assistant turn's tool calls (OpenAI's shape).
+    #[serde(default)]
+    pub tool_calls: Option<Vec<Value>>,
 }
 
 fn null_content() -> ContentInput {

@@ -64,8 +64,8 @@ pub async fn json_body(s: &AppState, headers: &HeaderMap, body: Body) -> Result<
 fn unsupported(v: &Value) -> Result<(), ApiError> {
     let unused = |k: &str, x: &Value| match k {
         "logit_bias" => x.as_object().is_some_and(|m| m.is_empty()),
-        "tools" | "functions" => x.as_array().is_some_and(|a| a.is_empty()),
-        "tool_choice" | "function_call" => x == "none",
+        "functions" => x.as_array().is_some_and(|a| a.is_empty()),
+        "function_call" => x == "none",
         "suffix" => x.as_str().is_some_and(str::is_empty),
         "echo" => x == false,
         "best_of" => x == 1,
@@ -73,8 +73,6 @@ fn unsupported(v: &Value) -> Result<(), ApiError> {
     };
     let keys = [
         "logit_bias",
-        "tools",
-        "tool_choice",
         "functions",
         "function_call",
         "suffix",
