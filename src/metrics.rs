@@ -87,6 +87,9 @@ pub struct Metrics {
     pub gpu_memory_reserved_bytes: u64,
     pub gpu_memory_reserved_peak_bytes: u64,
     pub num_steps_total: u64,
+    /// Structured output: token masks computed, and their CPU seconds (beside the steps).
+    pub structured_masks_total: u64,
+    pub structured_mask_seconds_total: f64,
 }
 
 impl Default for Metrics {
@@ -113,6 +116,8 @@ impl Default for Metrics {
             gpu_memory_reserved_bytes: 0,
             gpu_memory_reserved_peak_bytes: 0,
             num_steps_total: 0,
+            structured_masks_total: 0,
+            structured_mask_seconds_total: 0.0,
         }
     }
 }

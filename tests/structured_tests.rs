@@ -374,3 +374,62 @@ mod tool_calls {
         });
     }
 }
+
+/// Figures for the notes (run by hand: `cargo test --release --test
+/// structured_tests itl_with_half_the_batch_constrained -- --ignored
+/// --nocapture`): the unconstrained requests' mean ITL in a batch of 16
+/// unconstrained, then in a batch where 8 of the 16 are constrained, and the
+/// CPU time per mask. Speed is measured, not asserted.
+#[test]
+#[ignore]
+fn itl_with_half_the_batch_constrained() {
+    let schema = json!({"type": "object", "properties": {"items": {"type": "array", "maxItems": 6, "items": {"type": "string", "maxLength": 12}}}, "required": ["items"], "additionalProperties": false});
+    let run_batch = |constrained: usize| -> f64 {
+        let mut plain = Vec::new();
+        let mut others = Vec::new();
+        for i in 0..16 {
+            let mut p = SamplingParams {
+                max_tokens: Some(40),
+                ignore_eos: true,
+                ..SamplingParams::greedy()
+            };
+            if i < constrained {
+                p.constraint = Some(Constraint::JsonSchema(schema.clone()));
+                p.ignore_eos = false;
+            }
+            let msgs = vec![wllm::ChatMessage::new("user", &format!("List {i} fruits."))];
+            let st = engine().generate(Prompt::Chat(msgs), p).unwrap();
+            if i < constrained {
+                others.push(st)
+            } else {
+                plain.push(st)
+            }
+        }
+        let itls: Vec<f64> = plain
+            .into_iter()
+            .map(|s| {
+                let m = s.collect_all().unwrap().metrics.unwrap();
+                m.decode_time / (m.num_output_tokens - 1) as f64
+            })
+            .collect();
+        others.into_iter().for_each(|s| drop(s.collect_all()));
+        itls.iter().sum::<f64>() / itls.len() as f64
+    };
+    run_batch(0);
+    let m0 = engine().metrics().unwrap();
+    let base = run_batch(0);
+    let half = run_batch(8);
+    let base2 = run_batch(0);
+    let m1 = engine().metrics().unwrap();
+    let masks = m1.structured_masks_total - m0.structured_masks_total;
+    let secs = m1.structured_mask_seconds_total - m0.structured_mask_seconds_total;
+    eprintln!(
+        "unconstrained ITL: {:.1} ms (16 unconstrained), {:.1} ms (8 of 16 constrained), {:.1} ms (16 unconstrained again): {:+.1} %; {} masks, {:.3} ms CPU each (computed while the step runs)",
+        base * 1e3,
+        half * 1e3,
+        base2 * 1e3,
+        100.0 * (half / ((base + base2) / 2.0) - 1.0),
+        masks,
+        1e3 * secs / masks.max(1) as f64
+    );
+}

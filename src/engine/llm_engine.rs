@@ -289,6 +289,19 @@ impl LlmEngine {
             self.update_gauges();
             return Ok(Vec::new());
         }
+        // Structured output: the matchers of sequences that sample this step
+        // compute their masks on another thread while the step runs.
+        let mut guided: Vec<(SeqId, Box<llguidance::Matcher>)> = plan
+            .scheduled
+            .iter()
+            .filter_map(|&(id, n)| {
+                let s = self.scheduler.seqs.get_mut(&id)?;
+                if s.num_computed_tokens + n != s.num_tokens() {
+                    return None;
+                }
+                Some((id, s.matcher.take()?))
+            })
+            .collect();
         let mut want_logits = false;
         let chunks: Vec<SeqChunk> = plan
             .scheduled
@@ -308,11 +321,37 @@ impl LlmEngine {
             })
             .collect();
         let started = Instant::now();
-        let result = self.runner.execute(&chunks, want_logits)?;
+        let runner = &self.runner;
+        let (result, masks) = std::thread::scope(|sc| {
+            let masker = (!guided.is_empty()).then(|| {
+                sc.spawn(|| {
+                    let t = Instant::now();
+                    let m: Vec<_> = guided.iter_mut().map(|(id, m)| (*id, m.compute_mask())).collect();
+                    (m, t.elapsed().as_secs_f64())
+                })
+            });
+            let r = runner.execute(&chunks, want_logits);
+            (r, masker.map(|h| h.join()))
+        });
+        let mut masks: std::collections::HashMap<SeqId, _> = match masks {
+            Some(Ok((m, secs))) => {
+                self.metrics.structured_masks_total += m.len() as u64;
+                self.metrics.structured_mask_seconds_total += secs;
+                m.into_iter().collect()
+            }
+            Some(Err(_)) => return Err(EngineError::InvalidRequest("a structured-output mask panicked".into())),
+            None => Default::default(),
+        };
+        drop(chunks);
+        for (id, m) in guided {
+            if let Some(s) = self.scheduler.seqs.get_mut(&id) {
+                s.matcher = Some(m);
+            }
+        }
+        let result = result?;
         self.budget
             .cost
             .observe(plan.num_batched_tokens, started.elapsed().as_secs_f64() * 1e3);
-        drop(chunks);
         self.metrics.num_steps_total += 1;
         let now = Instant::now();
         let vocab = self.model_config.vocab;
@@ -338,7 +377,8 @@ impl LlmEngine {
                     Some(m) => {
                         let mut masked = r.to_vec();
                         let eos = self.tokenizer.eos_ids.first().copied().unwrap_or(0);
-                        match constraint::apply_mask(m, &mut masked) {
+                        let mask = masks.remove(&id).unwrap_or_else(|| m.compute_mask());
+                        match constraint::apply_mask(mask, &mut masked) {
                             Ok(true) => {
                                 let (t, lp) = sampling::sample(&masked, &seq.params, ctx, out, &mut seq.rng);
                                 if !self.tokenizer.eos_ids.contains(&t) && m.consume_token(t).is_err() {

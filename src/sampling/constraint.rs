@@ -186,9 +186,9 @@ impl Guide {
     }
 }
 
-/// Sets every logit the matcher forbids to −∞; returns whether any token is allowed.
-pub fn apply_mask(m: &mut Matcher, logits: &mut [f32]) -> Result<bool, ConstraintError> {
-    let mask = m.compute_mask().map_err(|e| ConstraintError(e.to_string()))?;
+/// Sets every logit a matcher's mask forbids to −∞; returns whether any token is allowed.
+pub fn apply_mask(mask: anyhow::Result<toktrie::SimpleVob>, logits: &mut [f32]) -> Result<bool, ConstraintError> {
+    let mask = mask.map_err(|e| ConstraintError(e.to_string()))?;
     let mut any = false;
     for (t, l) in logits.iter_mut().enumerate() {
         if mask.is_allowed(t as TokenId) {
