@@ -238,6 +238,11 @@ impl Metrics {
                 self.num_preemptions_total,
             ),
             ("request_success_total", "Requests finished", self.request_success_total),
+            (
+                "structured_masks_total",
+                "Structured-output token masks computed",
+                self.structured_masks_total,
+            ),
         ];
         for (name, help, v) in counters {
             let _ = writeln!(
@@ -245,6 +250,12 @@ impl Metrics {
                 "# HELP wllm:{name} {help}.\n# TYPE wllm:{name} counter\nwllm:{name}{l} {v}"
             );
         }
+        let _ = writeln!(
+            s,
+            "# HELP wllm:structured_mask_seconds_total CPU seconds spent computing structured-output masks.\n\
+             # TYPE wllm:structured_mask_seconds_total counter\nwllm:structured_mask_seconds_total{l} {}",
+            self.structured_mask_seconds_total
+        );
         s
     }
 }

@@ -212,8 +212,9 @@ fn every_mix_of_the_default_model_has_llama_quantizes_types_and_gguf_py_reads_it
             g.metadata["tokenizer.ggml.tokens"],
             GgufFile::open(&default_model_path()).unwrap().metadata["tokenizer.ggml.tokens"]
         );
-        // gguf-py reads every tensor as wllm does (four mixes cover every type written).
-        if ["Q4_K_M", "Q3_K_M", "Q6_K", "Q2_K"].contains(&name) {
+        // gguf-py reads every tensor as wllm does (three mixes cover every type
+        // written: Q4_K, Q5_0, Q6_K, Q8_0; Q4_0, Q5_1, Q5_K; Q3_K).
+        if ["Q4_K_M", "Q3_K_M", "Q2_K"].contains(&name) {
             for (tname, ty, vals) in gguf_py::tensors(&out) {
                 let t = &g.tensors[&tname];
                 let f = WeightFormat::from_ggml_type(t.ggml_type).unwrap();

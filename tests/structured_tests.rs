@@ -154,6 +154,16 @@ mod api {
                 }
                 let (st, _) = post_json(&url, &json!({"messages": msgs, "max_tokens": 2})).await.unwrap();
                 assert_eq!(st, 200);
+                // The masks are counted on /metrics.
+                let (st, m) = wllm::client::get(&format!("{base}/metrics")).await.unwrap();
+                assert_eq!(st, 200);
+                let masks: f64 = m
+                    .lines()
+                    .find(|l| l.starts_with("wllm:structured_masks_total"))
+                    .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+                    .unwrap_or(0.0);
+                assert!(masks > 0.0, "{m}");
+                assert!(m.contains("wllm:structured_mask_seconds_total"));
             });
         });
     }
