@@ -90,6 +90,10 @@ pub struct Metrics {
     /// Structured output: token masks computed, and their CPU seconds (beside the steps).
     pub structured_masks_total: u64,
     pub structured_mask_seconds_total: f64,
+    /// Greedy structured-output tokens picked by the masked argmax on the device.
+    pub structured_device_picks_total: u64,
+    /// Logits rows (a vocabulary each) read back to the CPU for sampling.
+    pub logits_rows_read_total: u64,
 }
 
 impl Default for Metrics {
@@ -118,6 +122,8 @@ impl Default for Metrics {
             num_steps_total: 0,
             structured_masks_total: 0,
             structured_mask_seconds_total: 0.0,
+            structured_device_picks_total: 0,
+            logits_rows_read_total: 0,
         }
     }
 }
@@ -242,6 +248,16 @@ impl Metrics {
                 "structured_masks_total",
                 "Structured-output token masks computed",
                 self.structured_masks_total,
+            ),
+            (
+                "structured_device_picks_total",
+                "Greedy structured-output tokens picked by a masked argmax on the device",
+                self.structured_device_picks_total,
+            ),
+            (
+                "logits_rows_read_total",
+                "Logits rows read back to the CPU for sampling",
+                self.logits_rows_read_total,
             ),
         ];
         for (name, help, v) in counters {

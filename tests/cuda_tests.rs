@@ -62,7 +62,7 @@ fn program_source_names_each_kernel_file() {
         assert!(src.contains(&format!("#line 1 \"{name}\"")), "{name} is not marked");
         assert!(src.contains(body), "{name} is missing from the program");
     }
-    assert_eq!(program::entry_points().len(), 6 + 3 * WeightFormat::ALL.len());
+    assert_eq!(program::entry_points().len(), 7 + 3 * WeightFormat::ALL.len());
 }
 
 /// The cuda backend on the CPU emulation, or `None` after printing why it cannot be built.

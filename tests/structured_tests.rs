@@ -311,6 +311,63 @@ fn a_lark_grammar_and_batch_invariance() {
     assert_eq!(batched, solo);
 }
 
+/// Greedy constrained requests take the masked argmax on the device (no logits
+/// row read back) and pick exactly the tokens the CPU mask path picks (which
+/// `logprobs` forces: it needs the row on the CPU). An engine of its own, so
+/// that the counters see this test's requests only.
+#[test]
+fn greedy_constraints_pick_on_the_device_as_the_cpu_mask_does() {
+    let e = Engine::new(&EngineConfig {
+        model: default_model_path(),
+        kv_cache_memory: Some(32 << 20),
+        ..Default::default()
+    })
+    .unwrap();
+    let schema = json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120}}, "required": ["name", "age"]});
+    let cases = [
+        ("Describe a person as JSON.", Constraint::JsonSchema(schema)),
+        (
+            "Pick a colour.",
+            Constraint::Choice(vec!["red".into(), "green".into(), "blue".into()]),
+        ),
+        ("Give a time.", Constraint::Regex("[0-2][0-9]:[0-5][0-9]".into())),
+        (
+            "Count apples.",
+            Constraint::Grammar("start: \"n=\" /[0-9]{1,3}/".into()),
+        ),
+    ];
+    let generate = |prompt: &str, p: SamplingParams| {
+        let msgs = vec![wllm::ChatMessage::new("user", prompt)];
+        let r = e.generate(Prompt::Chat(msgs), p).unwrap().collect_all().unwrap();
+        (r.token_ids, r.finish_reason)
+    };
+    for (prompt, c) in cases {
+        let p = SamplingParams {
+            max_tokens: Some(40),
+            constraint: Some(c.clone()),
+            ..SamplingParams::greedy()
+        };
+        let m0 = e.metrics().unwrap();
+        let device = generate(prompt, p.clone());
+        let m1 = e.metrics().unwrap();
+        let cpu = generate(prompt, SamplingParams { logprobs: Some(0), ..p });
+        let m2 = e.metrics().unwrap();
+        assert_eq!(device, cpu, "{c:?}");
+        let n = device.0.len() as u64;
+        assert!(n > 0, "{c:?}");
+        assert_eq!(
+            m1.logits_rows_read_total, m0.logits_rows_read_total,
+            "{c:?}: a row was read back"
+        );
+        // Every token but an end-of-sequence the matcher allowed last came from the device.
+        let picks = m1.structured_device_picks_total - m0.structured_device_picks_total;
+        assert_eq!(picks, n, "{c:?}");
+        assert_eq!(m2.logits_rows_read_total - m1.logits_rows_read_total, n, "{c:?}");
+        assert_eq!(m2.structured_device_picks_total, m1.structured_device_picks_total);
+    }
+}
+
 fn solo_tokens(prompt: &str, p: SamplingParams) -> Vec<u32> {
     let msgs = vec![wllm::ChatMessage::new("user", prompt)];
     engine()
@@ -357,19 +414,40 @@ mod tool_calls {
                     let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
                     assert!(args["city"].is_string(), "{args}");
                 }
-                // Streamed: the tool call arrives as a delta.
-                let body = json!({"messages": msgs, "tools": weather_tools(), "tool_choice": "required", "max_tokens": 60, "temperature": 0, "stream": true});
+                // Streamed: the name in one delta, then the arguments as they
+                // are generated, which join into the unstreamed call's arguments.
+                let body = json!({"messages": msgs, "tools": weather_tools(), "tool_choice": "required", "max_tokens": 60, "temperature": 0});
+                let (_, whole) = post_json(&url, &body).await.unwrap();
+                let mut body = body;
+                body["stream"] = json!(true);
                 let mut r = post_stream(&url, &body).await.unwrap();
                 assert_eq!(r.status, 200);
-                let mut saw_call = false;
+                let (mut names, mut args, mut arg_deltas, mut finish) = (Vec::new(), String::new(), 0, Value::Null);
                 while let Some(ev) = r.next_event().await.unwrap() {
                     if ev == "[DONE]" {
                         break;
                     }
                     let v: Value = serde_json::from_str(&ev).unwrap();
-                    saw_call |= v["choices"][0]["delta"]["tool_calls"][0]["function"]["name"].is_string();
+                    let c = &v["choices"][0];
+                    assert!(c["delta"]["content"].as_str().is_none_or(str::is_empty), "{v}");
+                    let call = &c["delta"]["tool_calls"][0];
+                    if let Some(n) = call["function"]["name"].as_str() {
+                        assert!(call["id"].as_str().is_some_and(|i| i.starts_with("call_")), "{v}");
+                        names.push(n.to_string());
+                    }
+                    if let Some(a) = call["function"]["arguments"].as_str().filter(|a| !a.is_empty()) {
+                        args.push_str(a);
+                        arg_deltas += 1;
+                    }
+                    if !c["finish_reason"].is_null() {
+                        finish = c["finish_reason"].clone();
+                    }
                 }
-                assert!(saw_call);
+                let want = &whole["choices"][0]["message"]["tool_calls"][0]["function"];
+                assert_eq!(names, [want["name"].as_str().unwrap()]);
+                assert_eq!(args, want["arguments"].as_str().unwrap());
+                assert!(arg_deltas > 2, "the arguments came in {arg_deltas} deltas");
+                assert_eq!(finish, "tool_calls");
                 // A tool result in the history is accepted; tool_choice without tools is not.
                 let hist = json!([{"role": "user", "content": "Weather in Paris?"},
                     {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},

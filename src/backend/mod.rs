@@ -47,6 +47,22 @@ impl<'a, B> Rows<'a, B> {
     }
 }
 
+/// Greedy picks under structured-output masks: `out[i]` = the lowest index of
+/// the largest value of logits row `rows[i]` (rows of `n`) among the tokens
+/// allowed by mask row `i` (`words` u32s; bit k % 32 of word k / 32 allows
+/// token k); `u32::MAX` when none is allowed. NaN never wins.
+#[derive(Debug)]
+pub struct MaskedArgmax<'a, B> {
+    pub x: &'a B,
+    pub n: u32,
+    // mask: (count, words) u32; rows, out: (count) u32
+    pub mask: &'a B,
+    pub words: u32,
+    pub rows: &'a B,
+    pub count: u32,
+    pub out: &'a B,
+}
+
 /// The paged KV cache and step arrays `paged_attention` reads.
 #[derive(Debug)]
 pub struct PagedKv<'a, B> {
@@ -350,4 +366,7 @@ pub trait Backend: Send + 'static {
         rows: u32,
         out: &Self::Buffer,
     ) -> Result<(), Self::Error>;
+
+    /// Greedy sampling under structured-output masks (see `MaskedArgmax`).
+    fn masked_argmax(&self, s: &mut Self::Step, a: MaskedArgmax<'_, Self::Buffer>) -> Result<(), Self::Error>;
 }

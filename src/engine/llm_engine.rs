@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use super::LoadTimings;
 use super::config::{EngineConfig, KvPlan};
+use super::guided::{self, advance_matcher};
 use super::model_runner::{ModelRunner, SeqChunk, StepRunner};
 use super::output::{RequestMetrics, RequestOutput};
 use super::postprocess::{postprocess_token, request_metrics};
@@ -349,6 +350,13 @@ impl LlmEngine {
             }
         }
         let result = result?;
+        // Greedy structured output: masked argmax on the device, beside the
+        // step's logits (no logits row comes back).
+        let mut gpu_picks = guided::masked_picks(&*self.runner, &self.scheduler.seqs, &plan.scheduled, &mut masks)?;
+        self.metrics.structured_device_picks_total += gpu_picks.values().filter(|p| p.is_some()).count() as u64;
+        if let Some(l) = &result.logits {
+            self.metrics.logits_rows_read_total += (l.len() / self.model_config.vocab) as u64;
+        }
         self.budget
             .cost
             .observe(plan.num_batched_tokens, started.elapsed().as_secs_f64() * 1e3);
@@ -369,22 +377,28 @@ impl LlmEngine {
                 continue;
             }
             let mut constraint_done = false;
-            let (tok, lp) = if seq.params.needs_logits() {
+            let eos = self.tokenizer.eos_ids.first().copied().unwrap_or(0);
+            let (tok, lp) = if let Some(pick) = gpu_picks.remove(&id) {
+                match (pick, seq.matcher.as_deref_mut()) {
+                    (Some(t), Some(m)) => {
+                        constraint_done = advance_matcher(m, t, &self.tokenizer.eos_ids);
+                        (t, None)
+                    }
+                    // Nothing is allowed (or the matcher failed): end here.
+                    _ => (eos, None),
+                }
+            } else if seq.params.needs_logits() {
                 let logits = result.logits.as_ref().expect("logits were read back");
                 let r = &logits[row * vocab..(row + 1) * vocab];
                 let (ctx, out) = (&seq.token_ids[..], &seq.token_ids[seq.prompt_len..]);
                 match seq.matcher.as_deref_mut() {
                     Some(m) => {
                         let mut masked = r.to_vec();
-                        let eos = self.tokenizer.eos_ids.first().copied().unwrap_or(0);
                         let mask = masks.remove(&id).unwrap_or_else(|| m.compute_mask());
                         match constraint::apply_mask(mask, &mut masked) {
                             Ok(true) => {
                                 let (t, lp) = sampling::sample(&masked, &seq.params, ctx, out, &mut seq.rng);
-                                if !self.tokenizer.eos_ids.contains(&t) && m.consume_token(t).is_err() {
-                                    constraint_done = true;
-                                }
-                                constraint_done |= m.is_stopped();
+                                constraint_done = advance_matcher(m, t, &self.tokenizer.eos_ids);
                                 (t, lp)
                             }
                             // Nothing is allowed (or the matcher failed): end here.

@@ -4,6 +4,7 @@
 pub mod block_manager;
 pub mod config;
 mod error;
+mod guided;
 pub mod handle;
 mod kv_cache;
 pub mod llm_engine;

@@ -39,6 +39,11 @@ pub struct StepResult {
 pub trait StepRunner: Send {
     /// Computes the chunks of one step; `want_logits` also reads back the logits rows.
     fn execute(&self, batch: &[SeqChunk], want_logits: bool) -> Result<StepResult, ModelError>;
+    /// Greedy picks under structured-output masks over the last step's logits,
+    /// on the device: for each (logits row, mask of `vocab.div_ceil(32)` words),
+    /// the allowed token of largest logit, `None` when none is allowed. Only
+    /// the picks come back, never a logits row.
+    fn masked_argmax(&self, picks: &[(usize, &[u32])]) -> Result<Vec<Option<u32>>, ModelError>;
     fn block_size(&self) -> usize;
     /// The device, in words.
     fn describe(&self) -> String;
@@ -62,6 +67,9 @@ pub struct ModelRunner<B: Backend> {
 impl<B: Backend> StepRunner for ModelRunner<B> {
     fn execute(&self, batch: &[SeqChunk], want_logits: bool) -> Result<StepResult, ModelError> {
         ModelRunner::execute(self, batch, want_logits)
+    }
+    fn masked_argmax(&self, picks: &[(usize, &[u32])]) -> Result<Vec<Option<u32>>, ModelError> {
+        ModelRunner::masked_argmax(self, picks)
     }
     fn block_size(&self) -> usize {
         self.kv.block_size
@@ -123,6 +131,56 @@ impl<B: Backend> ModelRunner<B> {
         let mut argmax: Vec<u32> = bytemuck::pod_collect_to_vec(&out.remove(0));
         argmax.truncate(n_rows);
         Ok(StepResult { argmax, logits })
+    }
+
+    /// See `StepRunner::masked_argmax`.
+    pub fn masked_argmax(&self, picks: &[(usize, &[u32])]) -> Result<Vec<Option<u32>>, ModelError> {
+        if picks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let b = &self.bufs;
+        let ks = &self.kernels;
+        let vocab = self.model.cfg.vocab;
+        let words = vocab.div_ceil(32);
+        if picks.len() > b.max_seqs {
+            return Err(ModelError::Config(format!(
+                "{} masked picks; the runner holds {}",
+                picks.len(),
+                b.max_seqs
+            )));
+        }
+        let mut mask = vec![0u32; picks.len() * words];
+        let mut rows = Vec::with_capacity(picks.len());
+        for (i, &(row, m)) in picks.iter().enumerate() {
+            if row >= b.max_seqs {
+                return Err(ModelError::Config(format!(
+                    "logits row {row} is outside the step's rows"
+                )));
+            }
+            rows.push(row as u32);
+            // Bits past the vocabulary (a mask rounded up) are dropped.
+            let n = m.len().min(words);
+            mask[i * words..i * words + n].copy_from_slice(&m[..n]);
+        }
+        ks.write(&b.mask, bytemuck::cast_slice(&mask)).map_err(backend_err)?;
+        ks.write(&b.mask_rows, bytemuck::cast_slice(&rows))
+            .map_err(backend_err)?;
+        let mut enc = ks.begin();
+        let args = crate::backend::MaskedArgmax {
+            x: &b.act.logits,
+            n: vocab as u32,
+            mask: &b.mask,
+            words: words as u32,
+            rows: &b.mask_rows,
+            count: picks.len() as u32,
+            out: &b.masked,
+        };
+        ks.masked_argmax(&mut enc, args).map_err(backend_err)?;
+        let out = ks
+            .finish(enc, &[(&b.masked, (picks.len() * 4) as u64)])
+            .map_err(backend_err)?;
+        let ids: Vec<u32> = bytemuck::pod_collect_to_vec(&out[0]);
+        Ok(ids.into_iter().map(|t| (t != u32::MAX).then_some(t)).collect())
     }
 
     /// Uploads the step's arrays and records its forward pass without running

@@ -20,6 +20,11 @@ pub struct StepBuffers<B: Backend> {
     // block_tables: (max_seqs, max_blocks) u32; logits_rows: (max_seqs) u32
     pub block_tables: B::Buffer,
     pub logits_rows: B::Buffer,
+    // Greedy structured output: mask: (max_seqs, vocab / 32) u32; mask_rows,
+    // masked: (max_seqs) u32 (the logits row of each mask and its pick).
+    pub mask: B::Buffer,
+    pub mask_rows: B::Buffer,
+    pub masked: B::Buffer,
     pub act: Activations<B>,
 }
 
@@ -42,6 +47,9 @@ impl<B: Backend> StepBuffers<B> {
             slot_mapping: f(max_tokens)?,
             block_tables: f(max_seqs * max_blocks)?,
             logits_rows: f(max_seqs)?,
+            mask: f(max_seqs * cfg.vocab.div_ceil(32))?,
+            mask_rows: f(max_seqs)?,
+            masked: f(max_seqs)?,
             act: Activations::new(ks, cfg, max_tokens, max_seqs).map_err(backend_err)?,
         })
     }
@@ -55,6 +63,9 @@ impl<B: Backend> StepBuffers<B> {
             &self.slot_mapping,
             &self.block_tables,
             &self.logits_rows,
+            &self.mask,
+            &self.mask_rows,
+            &self.masked,
         ]
         .iter()
         .map(|b| ks.buffer_bytes(b))

@@ -63,10 +63,10 @@ impl SamplingParams {
         self.temperature == 0.0
     }
 
-    /// Whether the logits row must come to the CPU (anything but plain argmax).
+    /// Whether the logits row must come to the CPU (anything but argmax; a
+    /// greedy structured-output request takes a masked argmax on the device).
     pub fn needs_logits(&self) -> bool {
         !self.is_greedy()
-            || self.constraint.is_some()
             || self.logprobs.is_some()
             || self.repetition_penalty != 1.0
             || self.presence_penalty != 0.0

@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 
 use super::error::ApiError;
 use super::protocol::*;
+use super::tool_stream::ToolCallStream;
 use super::tools::ToolPlan;
 use super::{AppState, InFlight};
 use crate::sampling::constraint::Constraint;
@@ -128,7 +129,16 @@ pub async fn completions(State(s): State<Arc<AppState>>, headers: HeaderMap, bod
     let n = n_of(&req.common)?;
     let guard = InFlight::enter(&s, prompts.len().saturating_mul(n))?;
     let streams = start(&s, prompts, &p, n)?;
-    respond(s, guard, Api::Completion, streams, &req.common, req.logprobs.is_some()).await
+    respond(
+        s,
+        guard,
+        Api::Completion,
+        streams,
+        &req.common,
+        req.logprobs.is_some(),
+        None,
+    )
+    .await
 }
 
 fn message_text(c: &ContentInput) -> Result<String, ApiError> {
@@ -222,8 +232,8 @@ pub async fn chat_completions(
     let guard = InFlight::enter(&s, n)?;
     let streams = start(&s, vec![prompt], &p, n)?;
     match tools {
-        Some(tp) => respond_tools(s, guard, streams, &req.common, tp).await,
-        None => respond(s, guard, Api::Chat, streams, &req.common, want_logprobs).await,
+        Some(tp) if !req.common.stream.unwrap_or(false) => respond_tools(s, guard, streams, &req.common, tp).await,
+        tools => respond(s, guard, Api::Chat, streams, &req.common, want_logprobs, tools).await,
     }
 }
 
@@ -290,6 +300,7 @@ async fn respond(
     streams: Vec<RequestStream>,
     c: &CommonParams,
     want_logprobs: bool,
+    tools: Option<ToolPlan>,
 ) -> Result<Response, ApiError> {
     let id = request_id(api);
     let model = s.cfg.served_model_name.clone();
@@ -315,6 +326,7 @@ async fn respond(
             meta,
             include_usage,
             want_logprobs,
+            tools,
         ));
         return Ok(Sse::new(EventStream(rx)).into_response());
     }
@@ -357,10 +369,10 @@ async fn respond(
     .into_response())
 }
 
-/// A chat response with tools: each choice is read to the end, then it is a
-/// tool call (finish_reason "tool_calls") when its text is one, else a
-/// message; streamed as a role delta, one content or tool_calls delta and the
-/// finish, when the request streams.
+/// A chat response with tools, unstreamed: each choice is read to the end,
+/// then it is a tool call (finish_reason "tool_calls") when its text is one,
+/// else a message. (Streamed, `stream_choices` sends calls as they are
+/// generated: see `tool_stream`.)
 async fn respond_tools(
     s: Arc<AppState>,
     guard: InFlight,
@@ -394,65 +406,21 @@ async fn respond_tools(
         completion_tokens,
         total_tokens: prompt_tokens + completion_tokens,
     };
-    if !c.stream.unwrap_or(false) {
-        let choices: Vec<Value> = choices
-            .into_iter()
-            .map(|(index, content, calls, finish)| {
-                let mut msg = json!({"role": "assistant", "content": content});
-                if !calls.is_null() {
-                    msg["tool_calls"] = calls;
-                }
-                json!({"index": index, "message": msg, "logprobs": null, "finish_reason": finish})
-            })
-            .collect();
-        return Ok(axum::Json(
-            json!({"id": id, "object": "chat.completion", "created": created, "model": model,
-            "choices": choices, "usage": usage}),
-        )
-        .into_response());
-    }
-    let chunk = |choices: Value| {
-        Event::default().data(
-            json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": choices})
-                .to_string(),
-        )
-    };
-    let mut events = Vec::new();
-    for (index, content, calls, finish) in choices {
-        events.push(chunk(
-            json!([{"index": index, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]),
-        ));
-        let delta = if calls.is_null() {
-            json!({"content": content})
-        } else {
-            let calls: Vec<Value> = calls
-                .as_array()
-                .into_iter()
-                .flatten()
-                .enumerate()
-                .map(|(i, c)| {
-                    let mut c = c.clone();
-                    c["index"] = json!(i);
-                    c
-                })
-                .collect();
-            json!({"tool_calls": calls})
-        };
-        events.push(chunk(json!([{"index": index, "delta": delta, "finish_reason": null}])));
-        events.push(chunk(json!([{"index": index, "delta": {}, "finish_reason": finish}])));
-    }
-    if c.stream_options.as_ref().is_some_and(|o| o.include_usage) {
-        let mut v =
-            json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": []});
-        v["usage"] = json!(usage);
-        events.push(Event::default().data(v.to_string()));
-    }
-    events.push(Event::default().data("[DONE]"));
-    let (tx, rx) = mpsc::channel::<Event>(events.len().max(1));
-    for e in events {
-        let _ = tx.try_send(e);
-    }
-    Ok(Sse::new(EventStream(rx)).into_response())
+    let choices: Vec<Value> = choices
+        .into_iter()
+        .map(|(index, content, calls, finish)| {
+            let mut msg = json!({"role": "assistant", "content": content});
+            if !calls.is_null() {
+                msg["tool_calls"] = calls;
+            }
+            json!({"index": index, "message": msg, "logprobs": null, "finish_reason": finish})
+        })
+        .collect();
+    Ok(axum::Json(
+        json!({"id": id, "object": "chat.completion", "created": created, "model": model,
+        "choices": choices, "usage": usage}),
+    )
+    .into_response())
 }
 
 /// What every chunk of one response repeats.
@@ -474,6 +442,7 @@ async fn stream_choices(
     meta: ChunkMeta,
     include_usage: bool,
     want_logprobs: bool,
+    tools: Option<ToolPlan>,
 ) {
     let object = if api == Api::Chat {
         "chat.completion.chunk"
@@ -516,6 +485,13 @@ async fn stream_choices(
     }
     let mut completion_tokens = 0;
     let mut offsets = vec![0usize; n_choices];
+    // With tools, each choice's text becomes content or a tool call as it streams.
+    let mut calls: Vec<ToolCallStream> = match &tools {
+        Some(tp) => (0..n_choices)
+            .map(|i| ToolCallStream::new(tp, format!("call_{}_{i}", id.trim_start_matches("chatcmpl-"))))
+            .collect(),
+        None => Vec::new(),
+    };
     while let Some((index, item)) = orx.recv().await {
         let o = match item {
             Ok(o) => o,
@@ -533,6 +509,33 @@ async fn stream_choices(
             Value::Null
         };
         let c = match api {
+            Api::Chat if !calls.is_empty() => {
+                let call = &mut calls[index];
+                let finish = o.finish_reason.is_some();
+                let mut deltas = call.push(&o.text, finish);
+                if finish {
+                    deltas.push(json!({}));
+                }
+                let n = deltas.len();
+                let reason = call.finish_reason(finish_str(o.finish_reason));
+                let mut sent = Ok(());
+                for (k, d) in deltas.into_iter().enumerate() {
+                    let r = if k + 1 == n && finish {
+                        reason.clone()
+                    } else {
+                        Value::Null
+                    };
+                    let c = json!([{"index": index, "delta": d, "logprobs": null, "finish_reason": r}]);
+                    sent = tx.send(chunk(c, Value::Null)).await;
+                    if sent.is_err() {
+                        break;
+                    }
+                }
+                if sent.is_err() {
+                    return;
+                }
+                continue;
+            }
             Api::Chat => {
                 json!([{"index": index, "delta": {"content": o.text}, "logprobs": lp, "finish_reason": finish_str(o.finish_reason)}])
             }

@@ -14,6 +14,7 @@ pub mod listener;
 pub mod protocol;
 mod request;
 mod structured;
+mod tool_stream;
 mod tools;
 
 use std::net::SocketAddr;

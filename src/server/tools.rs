@@ -179,7 +179,14 @@ impl ToolPlan {
         if !self.tools.iter().any(|t| t.name == name) || !v["arguments"].is_object() {
             return None;
         }
+        // The arguments as the model wrote them (what streaming sends), else re-serialised.
+        let args = match super::tool_stream::head(text) {
+            super::tool_stream::Head::Call { args_start, .. } => {
+                super::tool_stream::arguments_text(text, args_start).to_string()
+            }
+            _ => v["arguments"].to_string(),
+        };
         Some(json!([{"id": call_id, "type": "function",
-            "function": {"name": name, "arguments": v["arguments"].to_string()}}]))
+            "function": {"name": name, "arguments": args}}]))
     }
 }

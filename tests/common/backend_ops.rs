@@ -3,7 +3,8 @@
 //! (`OpCase`) holds its run and its plain CPU reference together, with the
 //! tolerance it allows: `check_against_cpu(b)` runs them all.
 
-use wllm::backend::{Backend, RopePairing, Rows};
+use rand::Rng;
+use wllm::backend::{Backend, MaskedArgmax, RopePairing, Rows};
 use wllm::model::rope::rope_table;
 use wllm::quant::{self, WeightFormat};
 
@@ -300,6 +301,85 @@ fn argmax_case<B: Backend>() -> OpCase<B> {
     OpCase::new("argmax".into(), 0.0, run, reference)
 }
 
+/// masked_argmax: (logits rows of 1000, entries with a mask of 32 words each)
+/// covering no allowed token, ties among allowed tokens beside a larger
+/// forbidden one, an allowed NaN, only −∞ allowed, the last token alone, and
+/// mask bits past the vocabulary (ignored).
+fn masked_argmax_input() -> (Vec<f32>, Vec<u32>, Vec<u32>) {
+    let (n, words) = (1000usize, 32usize);
+    let mut x = rand_vec(&mut rng(601), 4 * n);
+    let rows = vec![2u32, 0, 3, 2, 1, 1];
+    let mut r = rng(602);
+    let mut mask: Vec<u32> = (0..rows.len() * words)
+        // About one bit in eight set.
+        .map(|_| r.random::<u32>() & r.random::<u32>() & r.random::<u32>())
+        .collect();
+    // 0: nothing allowed (bits past token 999 only).
+    mask[..words].fill(0);
+    mask[words - 1] = 0xff00_0000;
+    // 1 (row 0): tokens 10 and 700 tie at 7.0, 11 (forbidden) holds 9.0.
+    mask[words..2 * words].fill(0);
+    mask[words] = 1 << 10;
+    mask[words + 700 / 32] |= 1 << (700 % 32);
+    x[10] = 7.0;
+    x[11] = 9.0;
+    x[700] = 7.0;
+    // 2 (row 3): an allowed NaN above everything.
+    mask[2 * words] |= 1;
+    x[3 * n] = f32::NAN;
+    // 3 (row 2): only −∞ allowed (tokens 64 and 65): the lower wins.
+    mask[3 * words..4 * words].fill(0);
+    mask[3 * words + 2] = 0b11;
+    x[2 * n + 64] = f32::NEG_INFINITY;
+    x[2 * n + 65] = f32::NEG_INFINITY;
+    // 4 (row 1): the last token alone, with bits past it set.
+    mask[4 * words..5 * words].fill(0);
+    mask[5 * words - 1] = 0xff80_0000 | (1 << (999 % 32));
+    (x, mask, rows)
+}
+
+fn masked_argmax_case<B: Backend>() -> OpCase<B> {
+    let run = |b: &B| {
+        let (x, mask, rows) = masked_argmax_input();
+        let count = rows.len();
+        let (xb, mb, rb, o) = (up(b, &x), up(b, &mask), up(b, &rows), zeros(b, count));
+        let mut s = b.begin();
+        let a = MaskedArgmax {
+            x: &xb,
+            n: 1000,
+            mask: &mb,
+            words: 32,
+            rows: &rb,
+            count: count as u32,
+            out: &o,
+        };
+        b.masked_argmax(&mut s, a).unwrap();
+        let ids: Vec<u32> = bytemuck::pod_collect_to_vec(&b.finish(s, &[(&o, count as u64 * 4)]).unwrap()[0]);
+        ids.iter()
+            .map(|&i| if i == u32::MAX { -1.0 } else { i as f32 })
+            .collect()
+    };
+    let reference = || {
+        let (x, mask, rows) = masked_argmax_input();
+        let (n, words) = (1000usize, 32usize);
+        rows.iter()
+            .enumerate()
+            .map(|(e, &r)| {
+                let row = &x[r as usize * n..(r as usize + 1) * n];
+                let allowed = |k: usize| mask[e * words + k / 32] >> (k % 32) & 1 == 1;
+                let mut best: Option<usize> = None;
+                for (k, &v) in row.iter().enumerate() {
+                    if allowed(k) && !v.is_nan() && best.is_none_or(|b| v > row[b]) {
+                        best = Some(k);
+                    }
+                }
+                best.map_or(-1.0, |b| b as f32)
+            })
+            .collect()
+    };
+    OpCase::new("masked_argmax".into(), 0.0, run, reference)
+}
+
 /// Every case, each with its run and its reference (gemm and embed in every
 /// type a file may hold, and the Q8_16 layout as such).
 pub fn op_cases<B: Backend>() -> Vec<OpCase<B>> {
@@ -318,6 +398,7 @@ pub fn op_cases<B: Backend>() -> Vec<OpCase<B>> {
     }
     cases.push(silu_mul_case());
     cases.push(argmax_case());
+    cases.push(masked_argmax_case());
     cases.push(OpCase::new(
         "cache_write + paged_attention".into(),
         1e-4,

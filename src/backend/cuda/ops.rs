@@ -5,7 +5,7 @@ use super::CudaError;
 use super::exec::Arg::{self, F32, Ptr, U32};
 use super::program::format_suffix;
 use super::{CudaBackend, CudaBuffer, CudaStep, CudaWeight};
-use crate::backend::{Backend, PagedKv, RopeArgs, RopePairing, Rows};
+use crate::backend::{Backend, MaskedArgmax, PagedKv, RopeArgs, RopePairing, Rows};
 use crate::quant::Repacked;
 
 /// Grid dimensions y and z are limited to 65535 blocks.
@@ -317,6 +317,19 @@ impl Backend for CudaBackend {
     fn argmax(&self, _s: &mut CudaStep, x: &CudaBuffer, n: u32, rows: u32, out: &CudaBuffer) -> Result<(), CudaError> {
         let args = [Ptr(x.ptr()), Ptr(out.ptr()), U32(rows), U32(n)];
         self.launch("argmax", (rows, 1, 1), 256, &args)
+    }
+
+    fn masked_argmax(&self, _s: &mut CudaStep, a: MaskedArgmax<'_, CudaBuffer>) -> Result<(), CudaError> {
+        let args = [
+            Ptr(a.x.ptr()),
+            Ptr(a.mask.ptr()),
+            Ptr(a.rows.ptr()),
+            Ptr(a.out.ptr()),
+            U32(a.count),
+            U32(a.n),
+            U32(a.words),
+        ];
+        self.launch("masked_argmax", (a.count, 1, 1), 256, &args)
     }
 }
 

@@ -5,7 +5,7 @@
 use crate::quant::WeightFormat;
 
 /// (file, source) of each kernel file, in program order.
-pub const FILES: [(&str, &str); 9] = [
+pub const FILES: [(&str, &str); 10] = [
     ("common.cuh", include_str!("../../../shaders/cuda/common.cuh")),
     ("gemm.cu", include_str!("../../../shaders/cuda/gemm.cu")),
     ("embed.cu", include_str!("../../../shaders/cuda/embed.cu")),
@@ -14,6 +14,10 @@ pub const FILES: [(&str, &str); 9] = [
     ("silu_mul.cu", include_str!("../../../shaders/cuda/silu_mul.cu")),
     ("cache_write.cu", include_str!("../../../shaders/cuda/cache_write.cu")),
     ("argmax.cu", include_str!("../../../shaders/cuda/argmax.cu")),
+    (
+        "masked_argmax.cu",
+        include_str!("../../../shaders/cuda/masked_argmax.cu"),
+    ),
     (
         "paged_attention.cu",
         include_str!("../../../shaders/cuda/paged_attention.cu"),
@@ -54,6 +58,7 @@ pub fn entry_points() -> Vec<String> {
         "silu_mul",
         "cache_write",
         "argmax",
+        "masked_argmax",
         "paged_attention",
     ]
     .iter()

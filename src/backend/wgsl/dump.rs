@@ -13,12 +13,13 @@ pub struct RenderedKernel {
 }
 
 /// The kernels that are plain WGSL (not templates), by name.
-const FIXED: [&str; 6] = [
+const FIXED: [&str; 7] = [
     "rms_norm",
     "rope",
     "rope_cache_write",
     "silu_mul",
     "argmax",
+    "masked_argmax",
     "cache_write",
 ];
 

@@ -5,7 +5,7 @@
 
 use super::embed::EmbedParams;
 use super::{GpuWeight, Kernels, PagedKv, Rows};
-use crate::backend::{Backend, RopeArgs, RopePairing, WeightInfo};
+use crate::backend::{Backend, MaskedArgmax, RopeArgs, RopePairing, WeightInfo};
 use crate::gpu::{BufSlice, GpuError, StepEncoder};
 use crate::quant::{Repacked, WeightFormat};
 
@@ -416,6 +416,18 @@ impl Backend for Kernels {
     ) -> Result<(), GpuError> {
         let bufs = [BufSlice::whole(x), BufSlice::whole(out)];
         enc.dispatch(&self.argmax, u32s(&[rows, n, 0, 0]), &bufs, [rows, 1, 1]);
+        Ok(())
+    }
+
+    fn masked_argmax(&self, enc: &mut StepEncoder, a: MaskedArgmax<'_, wgpu::Buffer>) -> Result<(), GpuError> {
+        let bufs = [
+            BufSlice::whole(a.x),
+            BufSlice::whole(a.mask),
+            BufSlice::whole(a.rows),
+            BufSlice::whole(a.out),
+        ];
+        let p = [a.count, a.n, a.words, 0];
+        enc.dispatch(&self.masked_argmax, u32s(&p), &bufs, [a.count, 1, 1]);
         Ok(())
     }
 }

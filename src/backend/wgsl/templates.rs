@@ -17,6 +17,10 @@ pub const SHADER_FILES: &[(&str, &str)] = &[
     ("embed.wgsl", include_str!("../../../shaders/embed.wgsl")),
     ("gemm.wgsl", include_str!("../../../shaders/gemm.wgsl")),
     (
+        "masked_argmax.wgsl",
+        include_str!("../../../shaders/masked_argmax.wgsl"),
+    ),
+    (
         "paged_attention.wgsl",
         include_str!("../../../shaders/paged_attention.wgsl"),
     ),

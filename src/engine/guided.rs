@@ -1,0 +1,67 @@
+//! Structured output inside a step: the masks computed on another thread
+//! while the step ran are applied here. A greedy constrained sequence takes a
+//! masked argmax on the device over the step's logits (one bit mask up, one
+//! token id back); a sampling one has its logits row masked on the CPU
+//! (`constraint::apply_mask`). The matcher then consumes the chosen token.
+
+use std::collections::HashMap;
+
+use llguidance::Matcher;
+use toktrie::SimpleVob;
+
+use super::EngineError;
+use super::model_runner::StepRunner;
+use super::sequence::{SeqId, Sequence};
+
+/// A sequence's mask for this step, as its matcher computed it.
+pub(super) type Mask = anyhow::Result<SimpleVob>;
+
+/// The device's picks for the greedy constrained sequences that sample this
+/// step (`scheduled`, in batch order, before the step's tokens are counted):
+/// `Some(token)`, or `None` when the mask allows nothing or failed. Their masks
+/// are taken out of `masks`.
+pub(super) fn masked_picks(
+    runner: &dyn StepRunner,
+    seqs: &HashMap<SeqId, Sequence>,
+    scheduled: &[(SeqId, usize)],
+    masks: &mut HashMap<SeqId, Mask>,
+) -> Result<HashMap<SeqId, Option<u32>>, EngineError> {
+    let mut picks = HashMap::new();
+    let mut gpu: Vec<(SeqId, usize, SimpleVob)> = Vec::new();
+    let mut row = 0;
+    for &(id, n) in scheduled {
+        let Some(s) = seqs.get(&id) else { continue };
+        if s.num_computed_tokens + n != s.num_tokens() {
+            continue;
+        }
+        if s.matcher.is_some() && !s.params.needs_logits() {
+            match masks.remove(&id) {
+                Some(Ok(m)) => gpu.push((id, row, m)),
+                // A failed mask ends the sequence (as on the CPU path).
+                Some(Err(_)) => {
+                    picks.insert(id, None);
+                }
+                // Masks are computed for every constrained sampling sequence;
+                // one missing is computed by the caller's CPU path.
+                None => {}
+            }
+        }
+        row += 1;
+    }
+    if gpu.is_empty() {
+        return Ok(picks);
+    }
+    let args: Vec<(usize, &[u32])> = gpu.iter().map(|(_, r, m)| (*r, m.as_slice())).collect();
+    let got = runner.masked_argmax(&args)?;
+    for ((id, _, _), t) in gpu.iter().zip(got) {
+        picks.insert(*id, t);
+    }
+    Ok(picks)
+}
+
+/// Advances a matcher by the chosen token; returns whether the constraint is
+/// done (complete, or the token broke it — the sequence ends either way).
+pub(super) fn advance_matcher(m: &mut Matcher, t: u32, eos_ids: &[u32]) -> bool {
+    let broke = !eos_ids.contains(&t) && m.consume_token(t).is_err();
+    broke || m.is_stopped()
+}
