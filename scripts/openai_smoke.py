@@ -1,7 +1,7 @@
 """Drives a running wllm server with the official `openai` package:
 one streamed and one plain chat completion, one completion, models.list(),
 structured output through `client.chat.completions.parse` with a pydantic
-model (response_format json_schema, strict), and a required tool call.
+model (response_format json_schema, strict), and a required tool call, whole and streamed.
 Usage: python3 scripts/openai_smoke.py BASE_URL MODEL"""
 import sys
 
@@ -54,4 +54,15 @@ call = tc.choices[0].message.tool_calls[0]
 assert call.function.name == "get_weather" and tc.choices[0].finish_reason == "tool_calls", tc
 import json
 assert "city" in json.loads(call.function.arguments), call.function.arguments
+# Streamed: the client's chunks carry the call's name, then its arguments piece by piece.
+name, args, pieces = None, "", 0
+for chunk in client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Weather in Paris?"}],
+                                            tools=tools, tool_choice="required", max_tokens=60, temperature=0,
+                                            stream=True):
+    for d in chunk.choices[0].delta.tool_calls or []:
+        name = name or d.function.name
+        if d.function.arguments:
+            args += d.function.arguments
+            pieces += 1
+assert name == "get_weather" and args == call.function.arguments and pieces > 1, (name, args, pieces)
 print("openai smoke: ok:", repr(text), repr(comp.choices[0].text), models, city, call.function.arguments)
