@@ -34,6 +34,8 @@ pub struct EngineConfig {
     pub step_target: StepTarget,
     /// Quantise the weights at load to this llama.cpp mix (e.g. an HF directory at Q4_K_M).
     pub quantize: Option<crate::quant::mix::Mix>,
+    /// Steps the trace recorder keeps (a ring of the most recent); 0 records nothing.
+    pub trace_steps: usize,
 }
 
 impl Default for EngineConfig {
@@ -53,6 +55,7 @@ impl Default for EngineConfig {
             cublas_min_t: None,
             step_target: StepTarget::Auto,
             quantize: None,
+            trace_steps: 0,
         }
     }
 }

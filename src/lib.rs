@@ -42,6 +42,7 @@ pub mod quant;
 pub mod sampling;
 pub mod server;
 pub mod tokenizer;
+pub mod trace;
 
 pub use backend::Device;
 pub use engine::{

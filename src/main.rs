@@ -33,8 +33,10 @@ enum Command {
     Perplexity(cli::perplexity::PerplexityArgs),
     /// Re-quantise a GGUF at one of llama.cpp's mixes: `wllm quantize IN OUT Q4_K_M`.
     Quantize(cli::quantize::QuantizeArgs),
-    /// Serve the OpenAI-compatible HTTP API.
+    /// Serve the OpenAI-compatible HTTP API (with a chat page at / and a live engine page at /engine).
     Serve(cli::serve::ServeArgs),
+    /// Turn a step trace (--trace FILE) into a self-contained HTML report: `wllm trace FILE -o report.html`.
+    Trace(cli::trace::TraceArgs),
     /// Benchmarks: `bench serve` (concurrency sweep over HTTP), `bench prefix` (prefix cache).
     #[command(subcommand)]
     Bench(cli::bench::BenchCommand),
@@ -89,6 +91,7 @@ fn main() {
         Some(Command::Perplexity(a)) => cli::perplexity::run(&a),
         Some(Command::Quantize(a)) => cli::quantize::run(&a),
         Some(Command::Serve(a)) => cli::serve::run(&a),
+        Some(Command::Trace(a)) => cli::trace::run(&a),
         Some(Command::Bench(c)) => cli::bench::run(&c),
     };
     if let Err(e) = result {

@@ -94,6 +94,9 @@ pub struct Metrics {
     pub structured_device_picks_total: u64,
     /// Logits rows (a vocabulary each) read back to the CPU for sampling.
     pub logits_rows_read_total: u64,
+    /// Seconds the engine spent recording its step trace, and in its steps.
+    pub trace_record_seconds_total: f64,
+    pub step_seconds_total: f64,
 }
 
 impl Default for Metrics {
@@ -124,6 +127,8 @@ impl Default for Metrics {
             structured_mask_seconds_total: 0.0,
             structured_device_picks_total: 0,
             logits_rows_read_total: 0,
+            trace_record_seconds_total: 0.0,
+            step_seconds_total: 0.0,
         }
     }
 }
@@ -261,6 +266,19 @@ impl Metrics {
             ),
         ];
         for (name, help, v) in counters {
+            let _ = writeln!(
+                s,
+                "# HELP wllm:{name} {help}.\n# TYPE wllm:{name} counter\nwllm:{name}{l} {v}"
+            );
+        }
+        for (name, help, v) in [
+            (
+                "trace_record_seconds_total",
+                "Seconds spent recording the step trace",
+                self.trace_record_seconds_total,
+            ),
+            ("step_seconds_total", "Seconds spent in engine steps", self.step_seconds_total),
+        ] {
             let _ = writeln!(
                 s,
                 "# HELP wllm:{name} {help}.\n# TYPE wllm:{name} counter\nwllm:{name}{l} {v}"

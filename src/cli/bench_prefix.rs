@@ -123,5 +123,5 @@ pub fn run(a: &BenchPrefixArgs) -> anyhow::Result<()> {
             avg(&|m| m.time_to_first_token)
         );
     }
-    Ok(())
+    a.engine.write_trace(&engine)
 }

@@ -117,10 +117,15 @@ pub fn run(a: &BenchServeArgs) -> anyhow::Result<()> {
         bail!("--concurrency levels, --input-len and --output-len must be positive");
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    if a.base_url.is_some() && a.engine.trace.is_some() {
+        bail!("--trace records wllm's own engine: run it without --base-url (or trace the server with `wllm serve --trace`)");
+    }
+    let mut traced = None;
     let (base, in_process) = match &a.base_url {
         Some(u) => (u.trim_end_matches('/').trim_end_matches("/v1").to_string(), false),
         None => {
             let engine = a.engine.start_warm()?;
+            traced = Some(engine.clone());
             let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
             let addr = listener.local_addr()?;
             let cfg = wllm::server::ServerConfig {
@@ -216,7 +221,10 @@ pub fn run(a: &BenchServeArgs) -> anyhow::Result<()> {
     if let Some(p) = &a.plot {
         std::fs::write(p, super::plot::svg(&levels, &model)).with_context(|| format!("writing {}", p.display()))?;
     }
-    Ok(())
+    match traced {
+        Some(engine) => a.engine.write_trace(&engine),
+        None => Ok(()),
+    }
 }
 
 fn print_table(a: &BenchServeArgs, model: &str, levels: &[Level]) {

@@ -290,5 +290,5 @@ pub fn run(a: &BenchSoakArgs) -> anyhow::Result<()> {
     if leaked > 0 || stats.num_live_sequences > 0 || ld(&counts.failed) > 0 || stats.consistent.is_err() {
         bail!("the soak found problems: {figures}");
     }
-    Ok(())
+    a.engine.write_trace(&engine)
 }

@@ -35,7 +35,7 @@ pub fn run(a: &ChatArgs) -> anyhow::Result<()> {
         eprint!("\n> ");
         let mut line = String::new();
         if stdin.lock().read_line(&mut line)? == 0 || line.trim().is_empty() {
-            return Ok(());
+            return a.engine.write_trace(&engine);
         }
         if line.trim() == "/reset" {
             history.truncate(a.system.is_some() as usize);

@@ -93,5 +93,5 @@ pub fn run(a: &GenerateArgs) -> anyhow::Result<()> {
             }
         }
     }
-    Ok(())
+    a.engine.write_trace(&engine)
 }

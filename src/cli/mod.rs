@@ -13,6 +13,7 @@ pub mod plot;
 pub mod profile;
 pub mod quantize;
 pub mod serve;
+pub mod trace;
 
 use std::path::PathBuf;
 
@@ -73,6 +74,13 @@ pub struct EngineArgs {
     /// Hugging Face directory in less memory; `wllm quantize` writes the result to a file instead.
     #[arg(long, global = true, value_name = "TYPE")]
     pub quantize: Option<wllm::quant::mix::Mix>,
+    /// Record every engine step and write them here when the command ends (serve: at shutdown), in
+    /// Chrome's Trace Event Format: open in https://ui.perfetto.dev or run `wllm trace FILE -o report.html`.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Steps a trace keeps: a ring of the most recent, so a long-running server's trace stays bounded.
+    #[arg(long, global = true, default_value_t = 100_000)]
+    pub trace_steps: usize,
 }
 
 impl EngineArgs {
@@ -122,22 +130,30 @@ impl EngineArgs {
             cublas_min_t: self.cublas_min_t,
             step_target: self.step_target,
             quantize: self.quantize,
+            trace_steps: if self.trace.is_some() { self.trace_steps.max(1) } else { 0 },
         })
     }
 
     /// Starts an engine and prints what it runs on.
     pub fn start(&self) -> anyhow::Result<wllm::Engine> {
-        self.start_with(false)
+        self.start_with(false, 0)
     }
 
     /// As `start`, for a server: also builds every pipeline its first requests
     /// will need (`LlmEngine::warm_up`) before it returns.
     pub fn start_warm(&self) -> anyhow::Result<wllm::Engine> {
-        self.start_with(true)
+        self.start_with(true, 0)
     }
 
-    fn start_with(&self, warm: bool) -> anyhow::Result<wllm::Engine> {
-        let cfg = self.config()?;
+    /// As `start_warm`, keeping at least `steps` steps of trace for the live
+    /// /engine page even without --trace.
+    pub fn start_server(&self, steps: usize) -> anyhow::Result<wllm::Engine> {
+        self.start_with(true, steps)
+    }
+
+    fn start_with(&self, warm: bool, min_trace_steps: usize) -> anyhow::Result<wllm::Engine> {
+        let mut cfg = self.config()?;
+        cfg.trace_steps = cfg.trace_steps.max(min_trace_steps);
         if cfg.device == wllm::Device::Auto
             && wllm::backend::device::CUDA_BUILT
             && let Some(why) = wllm::backend::device::cuda_unavailable()
@@ -165,6 +181,26 @@ impl EngineArgs {
             engine.load_timings().describe()
         );
         Ok(engine)
+    }
+}
+
+impl EngineArgs {
+    /// Writes the engine's trace to `--trace FILE`, when given.
+    pub fn write_trace(&self, engine: &wllm::Engine) -> anyhow::Result<()> {
+        let Some(path) = &self.trace else {
+            return Ok(());
+        };
+        let trace = engine.trace().context("taking the step trace")?;
+        let steps = trace["otherData"]["steps_recorded"].as_u64().unwrap_or(0);
+        let tmp = path.with_extension("json.partial");
+        std::fs::write(&tmp, serde_json::to_vec(&trace)?).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!(
+            "trace: {steps} steps written to {} (open it in https://ui.perfetto.dev, or `wllm trace {} -o report.html`)",
+            path.display(),
+            path.display()
+        );
+        Ok(())
     }
 }
 

@@ -25,7 +25,7 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on every /v1 route (and /metrics).
     #[arg(long, env = "WLLM_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
-    /// Serve /metrics without the API key.
+    /// Serve /metrics and the engine page's data (/engine/state, /engine/trace) without the API key.
     #[arg(long)]
     pub metrics_public: bool,
     /// Origins web pages may call the API from (CORS), comma-separated; `*` for any. None by default.
@@ -61,7 +61,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         anyhow::bail!("--api-key (or WLLM_API_KEY) is empty");
     }
     let nofile = listener::raise_nofile_limit();
-    let engine = a.engine.start_warm()?;
+    let engine = a.engine.start_server(256)?;
     let cfg = ServerConfig {
         served_model_name: a
             .served_model_name
@@ -90,6 +90,6 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("bad --host/--port {}:{}: {e}", a.host, a.port))?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     eprintln!("serving {} on http://{addr}/v1 (Ctrl-C stops)", cfg.served_model_name);
-    rt.block_on(serve(engine, cfg, addr))?;
-    Ok(())
+    rt.block_on(serve(engine.clone(), cfg, addr))?;
+    a.engine.write_trace(&engine)
 }

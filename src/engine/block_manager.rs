@@ -81,6 +81,16 @@ impl BlockManager {
         1.0 - self.num_free_blocks() as f64 / self.blocks.len().max(1) as f64
     }
 
+    /// Free blocks still registered in the prefix cache.
+    pub fn num_cached_free_blocks(&self) -> usize {
+        self.cached_free.len()
+    }
+
+    /// Whether a block is registered in the prefix cache (held or free).
+    pub fn is_cached(&self, block: u32) -> bool {
+        self.blocks[block as usize].hash.is_some()
+    }
+
     pub fn ref_count(&self, block: u32) -> u32 {
         self.blocks[block as usize].ref_count
     }

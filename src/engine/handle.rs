@@ -33,6 +33,8 @@ enum Command {
     Metrics(mpsc::Sender<Metrics>),
     BlockStats(mpsc::Sender<BlockStats>),
     ResetPrefixCache(mpsc::Sender<()>),
+    Trace(mpsc::Sender<Option<serde_json::Value>>),
+    Live(usize, mpsc::Sender<serde_json::Value>),
     Shutdown,
 }
 
@@ -211,6 +213,24 @@ impl Engine {
         rx.recv().map_err(|_| EngineError::Stopped)
     }
 
+    /// The step trace so far, as Chrome Trace Event Format JSON; an error when
+    /// the engine records none (`EngineConfig::trace_steps` is 0).
+    pub fn trace(&self) -> Result<serde_json::Value, EngineError> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Command::Trace(tx))?;
+        rx.recv()
+            .map_err(|_| EngineError::Stopped)?
+            .ok_or_else(|| EngineError::Config("this engine records no trace (set trace_steps / --trace)".into()))
+    }
+
+    /// The live view of the engine (requests, pool, block map, the last
+    /// `steps` steps' timeline when it records a trace).
+    pub fn live_state(&self, steps: usize) -> Result<serde_json::Value, EngineError> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Command::Live(steps, tx))?;
+        rx.recv().map_err(|_| EngineError::Stopped)
+    }
+
     /// Empties the prefix cache of blocks no sequence holds.
     pub fn reset_prefix_cache(&self) -> Result<(), EngineError> {
         let (tx, rx) = mpsc::channel();
@@ -266,6 +286,12 @@ fn run_loop(mut core: LlmEngine, rx: mpsc::Receiver<Command>) {
                 Command::ResetPrefixCache(tx) => {
                     core.reset_prefix_cache();
                     let _ = tx.send(());
+                }
+                Command::Trace(tx) => {
+                    let _ = tx.send(core.trace_json());
+                }
+                Command::Live(steps, tx) => {
+                    let _ = tx.send(core.live_state(steps));
                 }
                 Command::Shutdown => return,
             }

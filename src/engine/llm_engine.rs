@@ -53,6 +53,10 @@ pub struct LlmEngine {
     static_bytes: u64,
     /// Where the load's time went.
     pub load_timings: LoadTimings,
+    /// The step trace (`EngineConfig::trace_steps` > 0).
+    pub trace: Option<crate::trace::TraceRecorder>,
+    /// The model file's name (for traces and pages).
+    pub model_name: String,
 }
 
 impl LlmEngine {
@@ -128,6 +132,8 @@ impl LlmEngine {
         let blocks = BlockManager::new(plan.num_blocks, plan.block_size, cfg.enable_prefix_caching);
         let static_bytes = runner.static_bytes();
         let tokenizer = Arc::new(tokenizer);
+        let trace = (cfg.trace_steps > 0)
+            .then(|| crate::trace::TraceRecorder::new(cfg.trace_steps, plan.num_blocks, plan.block_size));
         let mut me = Self {
             guide: Arc::new(Guide::new(tokenizer.clone())),
             tokenizer,
@@ -140,6 +146,11 @@ impl LlmEngine {
             next_id: 0,
             static_bytes,
             load_timings: timings,
+            trace,
+            model_name: cfg
+                .model
+                .file_name()
+                .map_or_else(|| cfg.model.display().to_string(), |f| f.to_string_lossy().into()),
         };
         me.update_gauges();
         Ok(me)
@@ -199,6 +210,9 @@ impl LlmEngine {
         let mut seq = Sequence::new(id, prompt, params, max_total);
         seq.group = group;
         seq.matcher = matcher;
+        if let Some(t) = &mut self.trace {
+            t.arrived(id, seq.prompt_len, seq.times.arrival);
+        }
         self.scheduler.add(seq);
         Ok(())
     }
@@ -264,6 +278,9 @@ impl LlmEngine {
     pub fn abort(&mut self, id: SeqId) -> Option<RequestOutput> {
         let mut seq = self.scheduler.finish(id)?;
         seq.status = SeqStatus::Finished(FinishReason::Abort);
+        if let Some(t) = &mut self.trace {
+            t.finished(id, FinishReason::Abort.as_str(), Instant::now());
+        }
         self.update_gauges();
         Some(RequestOutput {
             id,
@@ -321,6 +338,9 @@ impl LlmEngine {
                 }
             })
             .collect();
+        let t_trace = Instant::now();
+        let traced = self.trace.is_some().then(|| self.trace_entries(&plan.scheduled));
+        let trace_secs = t_trace.elapsed().as_secs_f64();
         let started = Instant::now();
         let runner = &self.runner;
         let (result, masks) = std::thread::scope(|sc| {
@@ -435,6 +455,9 @@ impl LlmEngine {
         for id in finished {
             if let Some(mut seq) = self.scheduler.finish(id) {
                 seq.times.finished = Some(now);
+                if let (Some(t), SeqStatus::Finished(r)) = (&mut self.trace, seq.status) {
+                    t.finished(id, r.as_str(), now);
+                }
                 let m = request_metrics(&seq, now);
                 self.record_finished(&m);
                 if let Some(o) = outputs.iter_mut().find(|o| o.id == id) {
@@ -443,6 +466,12 @@ impl LlmEngine {
             }
         }
         self.update_gauges();
+        if let Some(entries) = traced {
+            let t = Instant::now();
+            self.trace_step((started, now), entries, plan.preempted.clone());
+            self.metrics.trace_record_seconds_total += trace_secs + t.elapsed().as_secs_f64();
+        }
+        self.metrics.step_seconds_total += started.elapsed().as_secs_f64();
         Ok(outputs)
     }
 

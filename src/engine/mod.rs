@@ -5,6 +5,7 @@ pub mod block_manager;
 pub mod config;
 mod error;
 mod guided;
+mod tracing;
 pub mod handle;
 mod kv_cache;
 pub mod llm_engine;

@@ -28,7 +28,7 @@ pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 fn needs_key(s: &AppState, path: &str) -> bool {
-    path.starts_with("/v1") || (path == "/metrics" && !s.cfg.metrics_public)
+    path.starts_with("/v1") || ((path == "/metrics" || path.starts_with("/engine/")) && !s.cfg.metrics_public)
 }
 
 /// The API-key check.

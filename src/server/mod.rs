@@ -12,6 +12,7 @@ mod completions;
 pub mod error;
 pub mod listener;
 pub mod protocol;
+mod pages;
 mod request;
 mod structured;
 mod tool_stream;
@@ -128,6 +129,10 @@ pub fn router(engine: Engine, cfg: ServerConfig) -> Router {
         created,
     });
     Router::new()
+        .route("/", get(pages::chat_page))
+        .route("/engine", get(pages::engine_page))
+        .route("/engine/state", get(pages::engine_state))
+        .route("/engine/trace", get(pages::engine_trace))
         .route("/health", get(|| async { StatusCode::OK }))
         .route("/metrics", get(metrics))
         .route("/v1/models", get(models))

@@ -1,0 +1,200 @@
+//! `TraceRecorder`: what the engine did, step by step, kept in a ring of the
+//! last N steps (memory stays bounded on a long-running server). Each step
+//! records which sequences ran and how (a prefill chunk or a decode), the
+//! preemptions the scheduler made, the step's time, the pool and queue
+//! counters, and the block map when it changed; request arrivals and
+//! finishes are kept beside. `tef::export` turns it into a Chrome trace.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+/// How a sequence took part in a step.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Work {
+    /// Prompt tokens `start..start + len` (a chunk of the prefill).
+    Prefill { start: usize, len: usize },
+    /// One token, generated.
+    Decode,
+}
+
+/// One sequence's share of a step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepEntry {
+    pub seq: u64,
+    pub work: Work,
+}
+
+/// The pool and queues after a step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Counters {
+    /// Blocks held by live sequences.
+    pub blocks_used: usize,
+    /// Free blocks still in the prefix cache.
+    pub blocks_cached: usize,
+    /// Free blocks holding nothing.
+    pub blocks_free: usize,
+    pub running: usize,
+    pub waiting: usize,
+    /// Prompt tokens found in / looked up in the prefix cache so far.
+    pub prefix_hits: u64,
+    pub prefix_queries: u64,
+}
+
+/// Every pool block's state: its owner (the lowest live sequence holding it,
+/// -1 when none), its reference count, and whether it is registered in the
+/// prefix cache (a free block that is cached can be revived by a new prompt).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BlockMap {
+    pub owners: Vec<i64>,
+    pub refs: Vec<u32>,
+    pub cached: Vec<u8>,
+}
+
+/// One engine step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepRecord {
+    pub index: u64,
+    /// Microseconds since the recorder started.
+    pub start_us: f64,
+    pub dur_us: f64,
+    pub entries: Vec<StepEntry>,
+    /// Sequences the scheduler preempted to make room for this step.
+    pub preempted: Vec<u64>,
+    pub counters: Counters,
+    /// The block map after the step, when it differs from the one before.
+    pub block_map: Option<BlockMap>,
+}
+
+/// What happened to a request outside the steps.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RequestEventKind {
+    Arrived { prompt_len: usize },
+    /// stop, length or abort.
+    Finished { reason: String },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestEvent {
+    pub seq: u64,
+    pub ts_us: f64,
+    pub kind: RequestEventKind,
+}
+
+/// The ring of recent steps and request events.
+#[derive(Debug)]
+pub struct TraceRecorder {
+    pub capacity: usize,
+    t0: Instant,
+    pub steps: VecDeque<StepRecord>,
+    pub events: VecDeque<RequestEvent>,
+    /// Steps dropped from the front of the ring so far.
+    pub dropped_steps: u64,
+    next_index: u64,
+    last_map: BlockMap,
+    /// The block map at the oldest step kept (so that a report can show the
+    /// pool at any step in the ring, even one before the first change kept).
+    pub base_map: BlockMap,
+    pub num_blocks: usize,
+    pub block_size: usize,
+}
+
+impl TraceRecorder {
+    /// A recorder keeping the last `capacity` steps (at least 1) of a pool of
+    /// `num_blocks` blocks of `block_size` tokens.
+    pub fn new(capacity: usize, num_blocks: usize, block_size: usize) -> Self {
+        let empty = BlockMap {
+            owners: vec![-1; num_blocks],
+            refs: vec![0; num_blocks],
+            cached: vec![0; num_blocks],
+        };
+        Self {
+            capacity: capacity.max(1),
+            t0: Instant::now(),
+            steps: VecDeque::new(),
+            events: VecDeque::new(),
+            dropped_steps: 0,
+            next_index: 0,
+            last_map: empty.clone(),
+            base_map: empty,
+            num_blocks,
+            block_size,
+        }
+    }
+
+    /// Microseconds from the recorder's start to `t`.
+    pub fn micros(&self, t: Instant) -> f64 {
+        t.saturating_duration_since(self.t0).as_secs_f64() * 1e6
+    }
+
+    pub fn arrived(&mut self, seq: u64, prompt_len: usize, at: Instant) {
+        let ts_us = self.micros(at);
+        self.push_event(RequestEvent {
+            seq,
+            ts_us,
+            kind: RequestEventKind::Arrived { prompt_len },
+        });
+    }
+
+    pub fn finished(&mut self, seq: u64, reason: &str, at: Instant) {
+        let ts_us = self.micros(at);
+        self.push_event(RequestEvent {
+            seq,
+            ts_us,
+            kind: RequestEventKind::Finished { reason: reason.into() },
+        });
+    }
+
+    fn push_event(&mut self, e: RequestEvent) {
+        self.events.push_back(e);
+        // Once the ring has dropped steps, events older than the oldest step
+        // kept are of no use to a reader; a bound keeps a server's arrivals
+        // from growing the ring without end.
+        let oldest = match self.steps.front() {
+            Some(s) if self.dropped_steps > 0 => s.start_us,
+            _ => f64::MIN,
+        };
+        while self.events.len() > 4 * self.capacity + 64 || self.events.front().is_some_and(|e| e.ts_us < oldest) {
+            self.events.pop_front();
+        }
+    }
+
+    /// Records a step that ran from `start` to `end`; `map` is the block map
+    /// after it (kept only when it changed).
+    pub fn step(
+        &mut self,
+        (start, end): (Instant, Instant),
+        entries: Vec<StepEntry>,
+        preempted: Vec<u64>,
+        counters: Counters,
+        map: BlockMap,
+    ) {
+        let block_map = (map != self.last_map).then(|| {
+            self.last_map = map;
+            self.last_map.clone()
+        });
+        let rec = StepRecord {
+            index: self.next_index,
+            start_us: self.micros(start),
+            dur_us: end.saturating_duration_since(start).as_secs_f64() * 1e6,
+            entries,
+            preempted,
+            counters,
+            block_map,
+        };
+        self.next_index += 1;
+        self.steps.push_back(rec);
+        while self.steps.len() > self.capacity {
+            if let Some(old) = self.steps.pop_front() {
+                self.dropped_steps += 1;
+                if let Some(m) = old.block_map {
+                    self.base_map = m;
+                }
+            }
+        }
+    }
+
+    /// The block map after the last step recorded.
+    pub fn current_map(&self) -> &BlockMap {
+        &self.last_map
+    }
+}
