@@ -277,7 +277,11 @@ impl Metrics {
                 "Seconds spent recording the step trace",
                 self.trace_record_seconds_total,
             ),
-            ("step_seconds_total", "Seconds spent in engine steps", self.step_seconds_total),
+            (
+                "step_seconds_total",
+                "Seconds spent in engine steps",
+                self.step_seconds_total,
+            ),
         ] {
             let _ = writeln!(
                 s,

@@ -118,7 +118,9 @@ pub fn run(a: &BenchServeArgs) -> anyhow::Result<()> {
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     if a.base_url.is_some() && a.engine.trace.is_some() {
-        bail!("--trace records wllm's own engine: run it without --base-url (or trace the server with `wllm serve --trace`)");
+        bail!(
+            "--trace records wllm's own engine: run it without --base-url (or trace the server with `wllm serve --trace`)"
+        );
     }
     let mut traced = None;
     let (base, in_process) = match &a.base_url {

@@ -130,7 +130,11 @@ impl EngineArgs {
             cublas_min_t: self.cublas_min_t,
             step_target: self.step_target,
             quantize: self.quantize,
-            trace_steps: if self.trace.is_some() { self.trace_steps.max(1) } else { 0 },
+            trace_steps: if self.trace.is_some() {
+                self.trace_steps.max(1)
+            } else {
+                0
+            },
         })
     }
 

@@ -5,7 +5,6 @@ pub mod block_manager;
 pub mod config;
 mod error;
 mod guided;
-mod tracing;
 pub mod handle;
 mod kv_cache;
 pub mod llm_engine;
@@ -19,6 +18,7 @@ pub mod sequence;
 pub mod step_budget;
 mod step_buffers;
 mod stop_checker;
+mod tracing;
 
 pub use block_manager::{BlockManager, BlockTable};
 pub use config::{EngineConfig, KvPlan};

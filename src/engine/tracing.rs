@@ -106,7 +106,10 @@ impl LlmEngine {
         let running: Vec<Value> = self.scheduler.running.iter().map(|&id| seq_json(id)).collect();
         let waiting: Vec<Value> = self.scheduler.waiting.iter().map(|&id| seq_json(id)).collect();
         let c = self.trace_counters();
-        let timeline = self.trace.as_ref().map(|t| report::layout(&tef::export_tail(t, &self.trace_meta(), steps)));
+        let timeline = self
+            .trace
+            .as_ref()
+            .map(|t| report::layout(&tef::export_tail(t, &self.trace_meta(), steps)));
         let m = &self.metrics;
         json!({
             "model": self.model_name,

@@ -68,9 +68,13 @@ pub struct StepRecord {
 /// What happened to a request outside the steps.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RequestEventKind {
-    Arrived { prompt_len: usize },
+    Arrived {
+        prompt_len: usize,
+    },
     /// stop, length or abort.
-    Finished { reason: String },
+    Finished {
+        reason: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -196,5 +200,54 @@ impl TraceRecorder {
     /// The block map after the last step recorded.
     pub fn current_map(&self) -> &BlockMap {
         &self.last_map
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn map(owner: i64, n: usize) -> BlockMap {
+        BlockMap {
+            owners: vec![owner; n],
+            refs: vec![u32::from(owner >= 0); n],
+            cached: vec![0; n],
+        }
+    }
+
+    #[test]
+    fn the_ring_keeps_the_last_steps_and_the_map_before_them() {
+        let mut r = TraceRecorder::new(5, 3, 16);
+        let t0 = Instant::now();
+        for i in 0..20u64 {
+            let at = t0 + Duration::from_millis(10 * i);
+            r.arrived(i, 4, at);
+            // The map changes every fourth step.
+            let m = map((i / 4) as i64, 3);
+            let entries = vec![StepEntry {
+                seq: i,
+                work: Work::Decode,
+            }];
+            r.step(
+                (at, at + Duration::from_millis(5)),
+                entries,
+                vec![],
+                Counters::default(),
+                m,
+            );
+            r.finished(i, "stop", at + Duration::from_millis(6));
+        }
+        assert_eq!(r.steps.len(), 5);
+        assert_eq!(r.dropped_steps, 15);
+        assert_eq!(r.steps.front().map(|s| s.index), Some(15));
+        // Step 15's map is step 12's (owner 3); step 16 changes it to owner 4.
+        assert_eq!(r.base_map, map(3, 3));
+        assert!(r.steps[0].block_map.is_none());
+        assert_eq!(r.steps[1].block_map, Some(map(4, 3)));
+        assert_eq!(r.current_map(), &map(4, 3));
+        // Request events older than the oldest step kept are gone; the rest stay.
+        assert!(r.events.iter().all(|e| e.ts_us >= r.steps[0].start_us));
+        assert_eq!(r.events.len(), 10);
     }
 }

@@ -29,7 +29,10 @@ pub enum TraceError {
 /// Reads, checks and lays out a trace file for the report page.
 pub fn load(path: &Path) -> Result<Value, TraceError> {
     let p = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| TraceError::Read { path: p.clone(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| TraceError::Read {
+        path: p.clone(),
+        source,
+    })?;
     let v: Value = serde_json::from_str(&text).map_err(|e| TraceError::NotJson {
         path: p.clone(),
         msg: e.to_string(),
@@ -56,9 +59,21 @@ pub fn layout(v: &Value) -> Value {
         .iter()
         .map(|s| {
             let a = &s["args"];
-            json!([a["index"], s["ts"].as_f64().unwrap_or(0.0) / 1e3, s["dur"].as_f64().unwrap_or(0.0) / 1e3,
-                a["tokens"], a["prefill_tokens"], a["decode_tokens"], a["batch"], a["blocks_used"],
-                a["blocks_cached"], a["blocks_free"], a["running"], a["waiting"], a["preempted"]])
+            json!([
+                a["index"],
+                s["ts"].as_f64().unwrap_or(0.0) / 1e3,
+                s["dur"].as_f64().unwrap_or(0.0) / 1e3,
+                a["tokens"],
+                a["prefill_tokens"],
+                a["decode_tokens"],
+                a["batch"],
+                a["blocks_used"],
+                a["blocks_cached"],
+                a["blocks_free"],
+                a["running"],
+                a["waiting"],
+                a["preempted"]
+            ])
         })
         .collect();
     let mut reqs: BTreeMap<u64, (Vec<u8>, Value, Value, usize)> = BTreeMap::new();
@@ -67,7 +82,9 @@ pub fn layout(v: &Value) -> Value {
         let Some(tid) = e["tid"].as_u64().filter(|&t| t > 0 && e["cat"] == "request") else {
             continue;
         };
-        let r = reqs.entry(tid - 1).or_insert_with(|| (vec![b'.'; n], Value::Null, Value::Null, 0));
+        let r = reqs
+            .entry(tid - 1)
+            .or_insert_with(|| (vec![b'.'; n], Value::Null, Value::Null, 0));
         let a = &e["args"];
         match (e["ph"].as_str(), e["name"].as_str()) {
             (Some("X"), Some(k @ ("prefill" | "decode"))) => {
@@ -78,7 +95,10 @@ pub fn layout(v: &Value) -> Value {
             (Some("X"), Some(k @ ("waiting" | "preempted"))) => {
                 let c = if k == "waiting" { b'w' } else { b'x' };
                 r.3 += usize::from(k == "preempted");
-                let (from, until) = (a["from_step"].as_u64().unwrap_or(0), a["until_step"].as_u64().unwrap_or(0));
+                let (from, until) = (
+                    a["from_step"].as_u64().unwrap_or(0),
+                    a["until_step"].as_u64().unwrap_or(0),
+                );
                 for i in (from..until).filter_map(cell) {
                     if r.0[i] == b'.' {
                         r.0[i] = c;

@@ -57,7 +57,13 @@ pub fn export_tail(r: &TraceRecorder, meta: &TraceMeta, tail: usize) -> Value {
     export_parts(r, meta, &steps, &events, base)
 }
 
-fn export_parts(r: &TraceRecorder, meta: &TraceMeta, steps: &[&StepRecord], events: &[&RequestEvent], base: &BlockMap) -> Value {
+fn export_parts(
+    r: &TraceRecorder,
+    meta: &TraceMeta,
+    steps: &[&StepRecord],
+    events: &[&RequestEvent],
+    base: &BlockMap,
+) -> Value {
     let mut ev = vec![
         json!({"name": "process_name", "ph": "M", "pid": PID, "tid": 0, "args": {"name": "wllm engine"}}),
         json!({"name": "thread_name", "ph": "M", "pid": PID, "tid": 0, "args": {"name": "engine steps"}}),
@@ -76,8 +82,10 @@ fn export_parts(r: &TraceRecorder, meta: &TraceMeta, steps: &[&StepRecord], even
         let name = match &e.kind {
             RequestEventKind::Arrived { prompt_len } => {
                 arrival.insert(e.seq, e.ts_us);
-                ev.push(json!({"name": "arrived", "cat": "request", "ph": "i", "s": "t", "pid": PID,
-                    "tid": tid(e.seq), "ts": e.ts_us, "args": {"prompt_tokens": prompt_len}}));
+                ev.push(
+                    json!({"name": "arrived", "cat": "request", "ph": "i", "s": "t", "pid": PID,
+                    "tid": tid(e.seq), "ts": e.ts_us, "args": {"prompt_tokens": prompt_len}}),
+                );
                 continue;
             }
             RequestEventKind::Finished { reason } => {
@@ -85,17 +93,28 @@ fn export_parts(r: &TraceRecorder, meta: &TraceMeta, steps: &[&StepRecord], even
                 reason
             }
         };
-        ev.push(json!({"name": "finished", "cat": "request", "ph": "i", "s": "t", "pid": PID,
-            "tid": tid(e.seq), "ts": e.ts_us, "args": {"reason": name}}));
+        ev.push(
+            json!({"name": "finished", "cat": "request", "ph": "i", "s": "t", "pid": PID,
+            "tid": tid(e.seq), "ts": e.ts_us, "args": {"reason": name}}),
+        );
     }
     // A sequence waiting (since arrival) or preempted (since that step) until it next runs.
     let mut pending: HashMap<u64, (&str, f64, u64)> = HashMap::new();
     for (&seq, &ts) in &arrival {
-        pending.insert(seq, ("waiting", ts, steps.partition_point(|s| s.start_us < ts) as u64 + first_step));
+        pending.insert(
+            seq,
+            (
+                "waiting",
+                ts,
+                steps.partition_point(|s| s.start_us < ts) as u64 + first_step,
+            ),
+        );
     }
     let span = |ev: &mut Vec<Value>, seq: u64, (name, ts, from): (&str, f64, u64), end: f64, to: u64| {
-        ev.push(json!({"name": name, "cat": "request", "ph": "X", "pid": PID, "tid": tid(seq), "ts": ts,
-            "dur": (end - ts).max(0.0), "args": {"from_step": from, "until_step": to}}));
+        ev.push(
+            json!({"name": name, "cat": "request", "ph": "X", "pid": PID, "tid": tid(seq), "ts": ts,
+            "dur": (end - ts).max(0.0), "args": {"from_step": from, "until_step": to}}),
+        );
     };
     for s in steps {
         for &p in &s.preempted {
@@ -118,22 +137,28 @@ fn export_parts(r: &TraceRecorder, meta: &TraceMeta, steps: &[&StepRecord], even
                     ("decode", json!({"step": s.index}))
                 }
             };
-            ev.push(json!({"name": name, "cat": "request", "ph": "X", "pid": PID, "tid": tid(e.seq),
-                "ts": s.start_us, "dur": s.dur_us, "args": args}));
+            ev.push(
+                json!({"name": name, "cat": "request", "ph": "X", "pid": PID, "tid": tid(e.seq),
+                "ts": s.start_us, "dur": s.dur_us, "args": args}),
+            );
         }
-        ev.push(json!({"name": "step", "cat": "step", "ph": "X", "pid": PID, "tid": 0, "ts": s.start_us,
+        ev.push(
+            json!({"name": "step", "cat": "step", "ph": "X", "pid": PID, "tid": 0, "ts": s.start_us,
             "dur": s.dur_us, "args": {"index": s.index, "tokens": prefill + decode, "prefill_tokens": prefill,
             "decode_tokens": decode, "batch": s.entries.len(), "step_ms": s.dur_us / 1e3, "preempted": s.preempted,
             "blocks_used": s.counters.blocks_used, "blocks_cached": s.counters.blocks_cached,
-            "blocks_free": s.counters.blocks_free, "running": s.counters.running, "waiting": s.counters.waiting}}));
+            "blocks_free": s.counters.blocks_free, "running": s.counters.running, "waiting": s.counters.waiting}}),
+        );
         let end = s.start_us + s.dur_us;
         let c = &s.counters;
         ev.push(json!({"name": "KV blocks", "ph": "C", "pid": PID, "tid": 0, "ts": end,
             "args": {"used": c.blocks_used, "cached": c.blocks_cached, "free": c.blocks_free}}));
         ev.push(json!({"name": "requests", "ph": "C", "pid": PID, "tid": 0, "ts": end,
             "args": {"running": c.running, "waiting": c.waiting}}));
-        ev.push(json!({"name": "prefix cache tokens", "ph": "C", "pid": PID, "tid": 0, "ts": end,
-            "args": {"hits": c.prefix_hits, "queries": c.prefix_queries}}));
+        ev.push(
+            json!({"name": "prefix cache tokens", "ph": "C", "pid": PID, "tid": 0, "ts": end,
+            "args": {"hits": c.prefix_hits, "queries": c.prefix_queries}}),
+        );
         if let Some(m) = &s.block_map {
             ev.push(snapshot(s.index, end, m));
         }
@@ -151,8 +176,10 @@ fn export_parts(r: &TraceRecorder, meta: &TraceMeta, steps: &[&StepRecord], even
     for &seq in seqs.keys() {
         ev.push(json!({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid(seq),
             "args": {"name": format!("request {seq}")}}));
-        ev.push(json!({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid(seq),
-            "args": {"sort_index": tid(seq)}}));
+        ev.push(
+            json!({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid(seq),
+            "args": {"sort_index": tid(seq)}}),
+        );
     }
     json!({
         "traceEvents": ev,
@@ -218,7 +245,10 @@ fn check_event(e: &Value, open: &mut HashMap<(u64, u64), Vec<String>>) -> Result
     if name.is_none() && ph != "E" {
         return Err("no name".into());
     }
-    let int = |k: &str| o.get(k).map(|v| v.as_u64().ok_or(format!("{k} must be a non-negative integer")));
+    let int = |k: &str| {
+        o.get(k)
+            .map(|v| v.as_u64().ok_or(format!("{k} must be a non-negative integer")))
+    };
     let pid = int("pid").transpose()?.ok_or("no pid")?;
     let tid = int("tid").transpose()?.unwrap_or(0);
     if ph != "M" {
@@ -238,7 +268,10 @@ fn check_event(e: &Value, open: &mut HashMap<(u64, u64), Vec<String>>) -> Result
     }
     match ph {
         "X" => {
-            let d = o.get("dur").and_then(Value::as_f64).ok_or("a complete event needs dur")?;
+            let d = o
+                .get("dur")
+                .and_then(Value::as_f64)
+                .ok_or("a complete event needs dur")?;
             if !d.is_finite() || d < 0.0 {
                 return Err(format!("dur {d} is not a duration"));
             }
@@ -282,4 +315,73 @@ fn check_event(e: &Value, open: &mut HashMap<(u64, u64), Vec<String>>) -> Result
         _ => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(events: Value) -> Result<(), String> {
+        validate(&json!({ "traceEvents": events }))
+    }
+
+    #[test]
+    fn the_validator_takes_every_documented_shape() {
+        let good = json!([
+            {"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": "p"}},
+            {"name": "a", "ph": "B", "pid": 1, "tid": 2, "ts": 1.0},
+            {"ph": "E", "pid": 1, "tid": 2, "ts": 2.0},
+            {"name": "x", "ph": "X", "pid": 1, "tid": 2, "ts": 3.0, "dur": 0.5, "cat": "c", "args": {}},
+            {"name": "i", "ph": "i", "s": "t", "pid": 1, "tid": 2, "ts": 4.0},
+            {"name": "c", "ph": "C", "pid": 1, "ts": 5.0, "args": {"a": 1, "b": 2.5}},
+            {"name": "o", "ph": "N", "id": "0x1", "pid": 1, "ts": 5.0},
+            {"name": "o", "ph": "O", "id": "0x1", "pid": 1, "ts": 6.0, "args": {"snapshot": {}}},
+        ]);
+        assert_eq!(ok(good.clone()), Ok(()));
+        assert_eq!(validate(&good), Ok(()), "the JSON Array Format");
+    }
+
+    #[test]
+    fn the_validator_names_what_is_wrong() {
+        let cases = [
+            (json!([{"name": "x", "ph": "X", "pid": 1, "ts": 1.0}]), "needs dur"),
+            (json!([{"name": "x", "ph": "Q", "pid": 1, "ts": 1.0}]), "unknown phase"),
+            (json!([{"ph": "E", "pid": 1, "tid": 1, "ts": 1.0}]), "without its begin"),
+            (json!([{"name": "x", "ph": "i", "pid": 1}]), "no numeric ts"),
+            (json!([{"name": "x", "ph": "i", "ts": 1.0}]), "no pid"),
+            (json!([{"name": "x", "ph": "i", "pid": 1, "ts": -1.0}]), "not a time"),
+            (
+                json!([{"name": "x", "ph": "i", "s": "z", "pid": 1, "ts": 1.0}]),
+                "instant scope",
+            ),
+            (
+                json!([{"name": "c", "ph": "C", "pid": 1, "ts": 1.0, "args": {"a": "1"}}]),
+                "must be numbers",
+            ),
+            (
+                json!([{"name": "o", "ph": "O", "pid": 1, "ts": 1.0, "args": {"snapshot": {}}}]),
+                "needs an id",
+            ),
+            (
+                json!([{"name": "o", "ph": "O", "id": 1, "pid": 1, "ts": 1.0}]),
+                "args.snapshot",
+            ),
+            (
+                json!([{"name": "bogus", "ph": "M", "pid": 1, "args": {}}]),
+                "unknown metadata",
+            ),
+            (
+                json!([{"name": "x", "ph": "X", "pid": 1, "ts": 1.0, "dur": 1, "args": []}]),
+                "args must be an object",
+            ),
+            (json!([7]), "must be an object"),
+        ];
+        for (events, want) in cases {
+            let e = ok(events.clone()).expect_err(&events.to_string());
+            assert!(e.contains(want), "{events}: {e}");
+        }
+        assert!(validate(&json!({"events": []})).is_err());
+        assert!(validate(&json!({"traceEvents": [], "displayTimeUnit": "s"})).is_err());
+        assert!(validate(&json!("trace")).is_err());
+    }
 }
