@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command of the README: sets up what the tests need on a fresh machine
 # (a Vulkan driver — lavapipe where there is no GPU — the default model,
-# and llama.cpp's gguf-py, the quantisation tests' reference), then runs the
+# llama.cpp's gguf-py, the quantisation tests' reference, and Debian's chromium
+# for the browser tests of the server's pages), then runs the
 # whole test suite in release mode on the real adapter, and the
 # cuda backend's tests (`--features cuda`): on a machine without an NVIDIA
 # device those compile its kernels with NVRTC (fetched from PyPI) and print why
@@ -18,6 +19,15 @@ if ! ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1; then
   fi
 fi
 ./models/fetch.sh >/dev/null
+# The browser tests drive the server's pages in headless Chromium (Debian's chromium).
+if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null && [ -z "${WLLM_CHROMIUM:-}" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "test.sh: installing Debian's chromium for the browser tests" >&2
+    apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+  else
+    echo "test.sh: the browser tests need Chromium (Debian/Ubuntu: sudo apt-get install chromium)" >&2
+  fi
+fi
 # The quantisation tests check wllm against llama.cpp's own reader, gguf-py.
 if ! python3 -c "import gguf" 2>/dev/null; then
   echo "test.sh: installing llama.cpp's gguf-py (python3 -m pip install gguf) for the quantisation tests" >&2

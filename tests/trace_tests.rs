@@ -252,3 +252,58 @@ fn wllm_trace_refuses_truncated_foreign_and_missing_files() {
     refused(&other, "traceEvents");
     refused(&d.join("missing.json"), "cannot read");
 }
+
+/// Figures for the notes (run by hand: `cargo test --release --test
+/// trace_tests trace_cost -- --ignored --nocapture`): 16 concurrent requests
+/// (≈130-token prompts, 64 output tokens) on engines without and with a trace,
+/// alternated; the mean step time of each, and the recorder's own measured
+/// share of the traced steps. Speed is measured, not asserted.
+#[test]
+#[ignore]
+fn trace_cost_on_step_time() {
+    let run = |trace_steps: usize| -> (f64, f64) {
+        let e = Engine::new(&EngineConfig {
+            model: default_model_path(),
+            kv_cache_memory: Some(256 << 20),
+            trace_steps,
+            ..Default::default()
+        })
+        .unwrap();
+        let p = SamplingParams {
+            max_tokens: Some(64),
+            ignore_eos: true,
+            ..SamplingParams::greedy()
+        };
+        let streams: Vec<_> = (0..16)
+            .map(|i| {
+                let text = format!("{i} ") + &"Tell me about paged attention and block tables. ".repeat(13);
+                e.generate(Prompt::Text(text), p.clone()).unwrap()
+            })
+            .collect();
+        for s in streams {
+            s.collect_all().unwrap();
+        }
+        let m = e.metrics().unwrap();
+        (
+            1e3 * m.step_seconds_total / m.num_steps_total as f64,
+            m.trace_record_seconds_total / m.step_seconds_total,
+        )
+    };
+    let mut off = Vec::new();
+    let mut on = Vec::new();
+    let mut share = Vec::new();
+    for _ in 0..2 {
+        off.push(run(0).0);
+        let (ms, s) = run(100_000);
+        on.push(ms);
+        share.push(s);
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    eprintln!(
+        "mean step time without a trace {:.1} ms {off:.1?}, with {:.1} ms {on:.1?} ({:+.1} %); recording took {:.3} % of the traced steps' time",
+        mean(&off),
+        mean(&on),
+        100.0 * (mean(&on) / mean(&off) - 1.0),
+        100.0 * mean(&share)
+    );
+}

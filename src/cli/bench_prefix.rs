@@ -21,6 +21,10 @@ pub struct BenchPrefixArgs {
     pub questions: usize,
     #[arg(long, default_value_t = 8)]
     pub max_tokens: usize,
+    /// Ask each phase's questions at once instead of one after another: the hits then share the
+    /// document's cached blocks (reference counts above 1 in a --trace report's block map).
+    #[arg(long)]
+    pub concurrent: bool,
 }
 
 const TOPICS: [&str; 8] = [
@@ -58,6 +62,16 @@ fn document(sentences: usize, front: &str) -> String {
 }
 
 fn ask(engine: &wllm::Engine, doc: &str, q: &str, max_tokens: usize) -> anyhow::Result<RequestMetrics> {
+    finish(start(engine, doc, q, max_tokens)?)
+}
+
+fn finish(s: wllm::RequestStream) -> anyhow::Result<RequestMetrics> {
+    s.collect_all()?
+        .metrics
+        .ok_or_else(|| anyhow::anyhow!("the request ended without metrics"))
+}
+
+fn start(engine: &wllm::Engine, doc: &str, q: &str, max_tokens: usize) -> anyhow::Result<wllm::RequestStream> {
     let msgs = vec![
         ChatMessage::new(
             "system",
@@ -69,9 +83,7 @@ fn ask(engine: &wllm::Engine, doc: &str, q: &str, max_tokens: usize) -> anyhow::
         max_tokens: Some(max_tokens),
         ..SamplingParams::greedy()
     };
-    let r = engine.generate(Prompt::Chat(msgs), p)?.collect_all()?;
-    r.metrics
-        .ok_or_else(|| anyhow::anyhow!("the request ended without metrics"))
+    Ok(engine.generate(Prompt::Chat(msgs), p)?)
 }
 
 pub fn run(a: &BenchPrefixArgs) -> anyhow::Result<()> {
@@ -86,20 +98,40 @@ pub fn run(a: &BenchPrefixArgs) -> anyhow::Result<()> {
     // Warm the cache with the document once.
     let cold = ask(&engine, &doc, "Read the document.", a.max_tokens)?;
     bar.inc(1);
-    let mut hits = Vec::new();
-    for q in &QUESTIONS[..nq] {
-        hits.push(ask(&engine, &doc, q, a.max_tokens)?);
-        bar.inc(1);
-    }
-    let mut misses = Vec::new();
-    for (i, q) in QUESTIONS[..nq].iter().enumerate() {
-        let changed = document(
-            a.doc_sentences,
-            &format!("Revision {i}: a different history of another town."),
-        );
-        misses.push(ask(&engine, &changed, q, a.max_tokens)?);
-        bar.inc(1);
-    }
+    // Each phase's questions one after another, or all at once (--concurrent).
+    let phase = |docs: &[(String, &str)]| -> anyhow::Result<Vec<RequestMetrics>> {
+        let mut out = Vec::new();
+        if a.concurrent {
+            let streams: Vec<_> = docs
+                .iter()
+                .map(|(d, q)| start(&engine, d, q, a.max_tokens))
+                .collect::<anyhow::Result<_>>()?;
+            for s in streams {
+                out.push(finish(s)?);
+                bar.inc(1);
+            }
+        } else {
+            for (d, q) in docs {
+                out.push(ask(&engine, d, q, a.max_tokens)?);
+                bar.inc(1);
+            }
+        }
+        Ok(out)
+    };
+    let same: Vec<(String, &str)> = QUESTIONS[..nq].iter().map(|q| (doc.clone(), *q)).collect();
+    let hits = phase(&same)?;
+    let changed: Vec<(String, &str)> = QUESTIONS[..nq]
+        .iter()
+        .enumerate()
+        .map(|(i, q)| {
+            let d = document(
+                a.doc_sentences,
+                &format!("Revision {i}: a different history of another town."),
+            );
+            (d, *q)
+        })
+        .collect();
+    let misses = phase(&changed)?;
     bar.finish_and_clear();
     println!(
         "document + system prompt: {} prompt tokens (cold run: prefill {:.3} s, TTFT {:.3} s)",
