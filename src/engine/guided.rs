@@ -22,7 +22,7 @@ pub(super) type Mask = anyhow::Result<SimpleVob>;
 /// are taken out of `masks`.
 pub(super) fn masked_picks(
     runner: &dyn StepRunner,
-    seqs: &HashMap<SeqId, Sequence>,
+    seqs: &mut HashMap<SeqId, Sequence>,
     scheduled: &[(SeqId, usize)],
     masks: &mut HashMap<SeqId, Mask>,
 ) -> Result<HashMap<SeqId, Option<u32>>, EngineError> {
@@ -30,20 +30,21 @@ pub(super) fn masked_picks(
     let mut gpu: Vec<(SeqId, usize, SimpleVob)> = Vec::new();
     let mut row = 0;
     for &(id, n) in scheduled {
-        let Some(s) = seqs.get(&id) else { continue };
+        let Some(s) = seqs.get_mut(&id) else { continue };
         if s.num_computed_tokens + n != s.num_tokens() {
             continue;
         }
-        if s.matcher.is_some() && !s.params.needs_logits() {
-            match masks.remove(&id) {
-                Some(Ok(m)) => gpu.push((id, row, m)),
+        if !s.params.needs_logits()
+            && let Some(m) = s.matcher.as_deref_mut()
+        {
+            // Masks come computed for every constrained sampling sequence; one
+            // missing is computed here.
+            match masks.remove(&id).unwrap_or_else(|| m.compute_mask()) {
+                Ok(m) => gpu.push((id, row, m)),
                 // A failed mask ends the sequence (as on the CPU path).
-                Some(Err(_)) => {
+                Err(_) => {
                     picks.insert(id, None);
                 }
-                // Masks are computed for every constrained sampling sequence;
-                // one missing is computed by the caller's CPU path.
-                None => {}
             }
         }
         row += 1;

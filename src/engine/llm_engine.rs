@@ -372,7 +372,7 @@ impl LlmEngine {
         let result = result?;
         // Greedy structured output: masked argmax on the device, beside the
         // step's logits (no logits row comes back).
-        let mut gpu_picks = guided::masked_picks(&*self.runner, &self.scheduler.seqs, &plan.scheduled, &mut masks)?;
+        let mut gpu_picks = guided::masked_picks(&*self.runner, &mut self.scheduler.seqs, &plan.scheduled, &mut masks)?;
         self.metrics.structured_device_picks_total += gpu_picks.values().filter(|p| p.is_some()).count() as u64;
         if let Some(l) = &result.logits {
             self.metrics.logits_rows_read_total += (l.len() / self.model_config.vocab) as u64;

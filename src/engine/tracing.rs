@@ -11,6 +11,9 @@ use super::llm_engine::LlmEngine;
 use super::sequence::{SeqId, SeqStatus};
 use crate::trace::{BlockMap, Counters, StepEntry, TraceMeta, Work, report, tef};
 
+/// Waiting requests the live view lists (the queue's head).
+const LIVE_WAITING: usize = 100;
+
 impl LlmEngine {
     /// Each scheduled sequence's work, before the step counts its tokens.
     pub(super) fn trace_entries(&self, scheduled: &[(SeqId, usize)]) -> Vec<StepEntry> {
@@ -90,21 +93,28 @@ impl LlmEngine {
     /// pool, the block map now, and the last `steps` steps laid out as in a
     /// trace report (empty without a trace recorder).
     pub fn live_state(&self, steps: usize) -> Value {
-        let seq_json = |id: SeqId| {
-            let s = &self.scheduler.seqs[&id];
+        let seq_json = |&id: &SeqId| {
+            let s = self.scheduler.seqs.get(&id)?;
             let state = match s.status {
                 SeqStatus::Running if s.num_computed_tokens < s.prompt_len => "prefill",
                 SeqStatus::Running => "decode",
                 _ if s.num_preemptions > 0 => "preempted",
                 _ => "waiting",
             };
-            json!({"id": id, "state": state, "prompt_tokens": s.prompt_len,
+            Some(json!({"id": id, "state": state, "prompt_tokens": s.prompt_len,
                 "output_tokens": s.num_tokens() - s.prompt_len, "computed_tokens": s.num_computed_tokens,
                 "blocks": s.block_table.blocks.len(), "preemptions": s.num_preemptions,
-                "age_s": s.times.arrival.elapsed().as_secs_f64()})
+                "age_s": s.times.arrival.elapsed().as_secs_f64()}))
         };
-        let running: Vec<Value> = self.scheduler.running.iter().map(|&id| seq_json(id)).collect();
-        let waiting: Vec<Value> = self.scheduler.waiting.iter().map(|&id| seq_json(id)).collect();
+        // A long queue is listed by its head; the counts are whole.
+        let running: Vec<Value> = self.scheduler.running.iter().filter_map(seq_json).collect();
+        let waiting: Vec<Value> = self
+            .scheduler
+            .waiting
+            .iter()
+            .take(LIVE_WAITING)
+            .filter_map(seq_json)
+            .collect();
         let c = self.trace_counters();
         let timeline = self
             .trace
@@ -114,6 +124,8 @@ impl LlmEngine {
         json!({
             "model": self.model_name,
             "adapter": self.runner.describe(),
+            "num_running": self.scheduler.running.len(),
+            "num_waiting": self.scheduler.waiting.len(),
             "running": running,
             "waiting": waiting,
             "kv": {"num_blocks": self.plan.num_blocks, "block_size": self.plan.block_size,

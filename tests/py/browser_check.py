@@ -68,7 +68,7 @@ try:
     for t in threads:
         t.start()
     end = time.time() + 120
-    while time.time() < end and len(get_json("/engine/state")["running"]) < 4:
+    while time.time() < end and get_json("/engine/state")["num_running"] < 4:
         time.sleep(0.2)
     e = b.new_page(width=1280, height=1000)
     e.navigate(base + "/engine")
