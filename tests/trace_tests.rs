@@ -191,13 +191,40 @@ fn preemptions_in_a_small_pool_show_in_the_trace_while_outputs_stay_solo() {
             .iter()
             .any(|r| r["cells"].as_str().unwrap().contains('x'))
     );
-    // Every block map covers the whole pool, and a held block has an owner.
-    for m in data["maps"].as_array().unwrap() {
-        let owners = m["owners"].as_array().unwrap();
-        assert_eq!(owners.len(), 12);
-        for (o, r) in owners.iter().zip(m["refs"].as_array().unwrap()) {
-            assert_eq!(o.as_i64().unwrap() >= 0, r.as_u64().unwrap() > 0, "{m}");
+    // The block map at every step (the pool before the first, each step's
+    // changes applied) covers the whole pool, a held block has an owner, and
+    // the used count is the step's counter.
+    let base = &data["base_map"];
+    let mut owners: Vec<i64> = base["owners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o.as_i64().unwrap())
+        .collect();
+    let mut refs: Vec<u64> = base["refs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_u64().unwrap())
+        .collect();
+    assert_eq!(owners.len(), 12);
+    let changes = data["map_changes"].as_array().unwrap();
+    assert!(!changes.is_empty());
+    let mut next = changes.iter().peekable();
+    for s in data["steps"].as_array().unwrap() {
+        let step = s[0].as_u64().unwrap();
+        while let Some(c) = next.next_if(|c| c["step"].as_u64() <= Some(step)) {
+            for ch in c["changes"].as_array().unwrap() {
+                let b = ch[0].as_u64().unwrap() as usize;
+                owners[b] = ch[1].as_i64().unwrap();
+                refs[b] = ch[2].as_u64().unwrap();
+            }
         }
+        for (o, r) in owners.iter().zip(&refs) {
+            assert_eq!(*o >= 0, *r > 0, "step {step}");
+        }
+        let used = refs.iter().filter(|&&r| r > 0).count() as u64;
+        assert_eq!(Some(used), s[7].as_u64(), "step {step}: blocks used");
     }
 }
 

@@ -79,7 +79,7 @@ pub struct EngineArgs {
     #[arg(long, global = true, value_name = "FILE")]
     pub trace: Option<PathBuf>,
     /// Steps a trace keeps: a ring of the most recent, so a long-running server's trace stays bounded.
-    #[arg(long, global = true, default_value_t = 100_000)]
+    #[arg(long, global = true, default_value_t = 20_000)]
     pub trace_steps: usize,
 }
 

@@ -21,10 +21,10 @@ pub fn run(a: &TraceArgs) -> anyhow::Result<()> {
     std::fs::write(&a.output, html).with_context(|| format!("writing {}", a.output.display()))?;
     let n = |k: &str| data[k].as_array().map_or(0, Vec::len);
     eprintln!(
-        "report: {} steps, {} requests, {} block maps → {}",
+        "report: {} steps, {} requests, {} steps changing the block map → {}",
         n("steps"),
         n("requests"),
-        n("maps"),
+        n("map_changes"),
         a.output.display()
     );
     Ok(())

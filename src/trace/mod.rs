@@ -8,6 +8,6 @@ pub mod recorder;
 pub mod report;
 pub mod tef;
 
-pub use recorder::{BlockMap, Counters, StepEntry, StepRecord, TraceRecorder, Work};
+pub use recorder::{BlockChange, BlockMap, Counters, StepEntry, StepRecord, TraceRecorder, Work};
 pub use report::TraceError;
 pub use tef::TraceMeta;

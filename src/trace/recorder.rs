@@ -2,7 +2,8 @@
 //! last N steps (memory stays bounded on a long-running server). Each step
 //! records which sequences ran and how (a prefill chunk or a decode), the
 //! preemptions the scheduler made, the step's time, the pool and queue
-//! counters, and the block map when it changed; request arrivals and
+//! counters, and the blocks whose state changed (so a step costs memory in
+//! proportion to what it did, not to the pool's size); request arrivals and
 //! finishes are kept beside. `tef::export` turns it into a Chrome trace.
 
 use std::collections::VecDeque;
@@ -50,6 +51,46 @@ pub struct BlockMap {
     pub cached: Vec<u8>,
 }
 
+impl BlockMap {
+    /// The blocks whose state differs in `next`: (block, owner, refs, cached).
+    pub fn changes_to(&self, next: &BlockMap) -> Vec<BlockChange> {
+        (0..next.owners.len())
+            .filter(|&b| {
+                self.owners.get(b) != next.owners.get(b)
+                    || self.refs.get(b) != next.refs.get(b)
+                    || self.cached.get(b) != next.cached.get(b)
+            })
+            .map(|b| BlockChange {
+                block: b as u32,
+                owner: next.owners[b],
+                refs: next.refs[b],
+                cached: next.cached[b],
+            })
+            .collect()
+    }
+
+    /// Applies changes (out-of-range blocks are ignored).
+    pub fn apply(&mut self, changes: &[BlockChange]) {
+        for c in changes {
+            let b = c.block as usize;
+            if b < self.owners.len() {
+                self.owners[b] = c.owner;
+                self.refs[b] = c.refs;
+                self.cached[b] = c.cached;
+            }
+        }
+    }
+}
+
+/// One block's new state.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BlockChange {
+    pub block: u32,
+    pub owner: i64,
+    pub refs: u32,
+    pub cached: u8,
+}
+
 /// One engine step.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StepRecord {
@@ -61,8 +102,8 @@ pub struct StepRecord {
     /// Sequences the scheduler preempted to make room for this step.
     pub preempted: Vec<u64>,
     pub counters: Counters,
-    /// The block map after the step, when it differs from the one before.
-    pub block_map: Option<BlockMap>,
+    /// The blocks the step changed (their state after it).
+    pub block_changes: Vec<BlockChange>,
 }
 
 /// What happened to a request outside the steps.
@@ -95,8 +136,8 @@ pub struct TraceRecorder {
     pub dropped_steps: u64,
     next_index: u64,
     last_map: BlockMap,
-    /// The block map at the oldest step kept (so that a report can show the
-    /// pool at any step in the ring, even one before the first change kept).
+    /// The block map before the oldest step kept ran (the base its changes
+    /// and every later step's apply to).
     pub base_map: BlockMap,
     pub num_blocks: usize,
     pub block_size: usize,
@@ -163,7 +204,7 @@ impl TraceRecorder {
     }
 
     /// Records a step that ran from `start` to `end`; `map` is the block map
-    /// after it (kept only when it changed).
+    /// after it (only the blocks that changed are kept).
     pub fn step(
         &mut self,
         (start, end): (Instant, Instant),
@@ -172,10 +213,8 @@ impl TraceRecorder {
         counters: Counters,
         map: BlockMap,
     ) {
-        let block_map = (map != self.last_map).then(|| {
-            self.last_map = map;
-            self.last_map.clone()
-        });
+        let block_changes = self.last_map.changes_to(&map);
+        self.last_map = map;
         let rec = StepRecord {
             index: self.next_index,
             start_us: self.micros(start),
@@ -183,16 +222,14 @@ impl TraceRecorder {
             entries,
             preempted,
             counters,
-            block_map,
+            block_changes,
         };
         self.next_index += 1;
         self.steps.push_back(rec);
         while self.steps.len() > self.capacity {
             if let Some(old) = self.steps.pop_front() {
                 self.dropped_steps += 1;
-                if let Some(m) = old.block_map {
-                    self.base_map = m;
-                }
+                self.base_map.apply(&old.block_changes);
             }
         }
     }
@@ -241,10 +278,15 @@ mod tests {
         assert_eq!(r.steps.len(), 5);
         assert_eq!(r.dropped_steps, 15);
         assert_eq!(r.steps.front().map(|s| s.index), Some(15));
-        // Step 15's map is step 12's (owner 3); step 16 changes it to owner 4.
+        // Before step 15 the map is step 12's (owner 3); step 16 changes all 3 blocks to owner 4.
         assert_eq!(r.base_map, map(3, 3));
-        assert!(r.steps[0].block_map.is_none());
-        assert_eq!(r.steps[1].block_map, Some(map(4, 3)));
+        assert!(r.steps[0].block_changes.is_empty());
+        assert_eq!(r.steps[1].block_changes.len(), 3);
+        let mut m = r.base_map.clone();
+        for s in &r.steps {
+            m.apply(&s.block_changes);
+        }
+        assert_eq!(&m, r.current_map());
         assert_eq!(r.current_map(), &map(4, 3));
         // Request events older than the oldest step kept are gone; the rest stay.
         assert!(r.events.iter().all(|e| e.ts_us >= r.steps[0].start_us));

@@ -117,12 +117,26 @@ pub fn layout(v: &Value) -> Value {
                 "prompt_tokens": prompt, "preemptions": preemptions})
         })
         .collect();
-    let maps: Vec<Value> = events
+    // The whole pool before the first step, then each step's changes.
+    let snaps = events
         .iter()
         .filter(|e| e["ph"] == "O" && e["name"] == "block_map")
-        .map(|e| e["args"]["snapshot"].clone())
-        .collect();
-    json!({"meta": v["otherData"], "first_step": first, "steps": step_rows, "requests": requests, "maps": maps})
+        .map(|e| &e["args"]["snapshot"]);
+    let mut base = Value::Null;
+    let mut changes = Vec::new();
+    for s in snaps {
+        if s["owners"].is_array() && base.is_null() {
+            base = s.clone();
+        } else if s["changes"].is_array() {
+            changes.push(s.clone());
+        }
+    }
+    if base.is_null() {
+        let n = v["otherData"]["num_blocks"].as_u64().unwrap_or(0) as usize;
+        base = json!({"step": first, "owners": vec![-1; n], "refs": vec![0; n], "cached": vec![0; n]});
+    }
+    json!({"meta": v["otherData"], "first_step": first, "steps": step_rows, "requests": requests,
+        "base_map": base, "map_changes": changes})
 }
 
 /// The block map and timeline drawing shared by the report and the live engine page.

@@ -8,8 +8,10 @@
 //! `waiting`, `prefill` (args: step, start, tokens), `decode` (args: step),
 //! `preempted` (args: from_step, until_step, exclusive); "i" events `arrived`, `finished` (args: reason)); counters
 //! ("C") `KV blocks`, `requests`, `prefix cache tokens`; and the block map as
-//! object snapshots ("O", name `block_map`, args.snapshot: step, owners, refs,
-//! cached). `otherData.generator` is "wllm".
+//! object snapshots ("O", name `block_map`): the first holds the whole pool
+//! before the first step (args.snapshot: step = that step, owners, refs,
+//! cached), each later one the blocks a step changed (args.snapshot: step,
+//! changes: [[block, owner, refs, cached], …]). `otherData.generator` is "wllm".
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -30,9 +32,9 @@ fn tid(seq: u64) -> u64 {
     seq + 1
 }
 
-fn snapshot(step: u64, ts: f64, m: &BlockMap) -> Value {
+fn snapshot(ts: f64, snap: Value) -> Value {
     json!({"name": "block_map", "cat": "kv", "ph": "O", "id": "0x1", "pid": PID, "tid": 0, "ts": ts,
-        "args": {"snapshot": {"step": step, "owners": m.owners, "refs": m.refs, "cached": m.cached}}})
+        "args": {"snapshot": snap}})
 }
 
 /// The recorder's ring as a Trace Event Format object.
@@ -44,17 +46,14 @@ pub fn export(r: &TraceRecorder, meta: &TraceMeta) -> Value {
 /// Trace Event Format object.
 pub fn export_tail(r: &TraceRecorder, meta: &TraceMeta, tail: usize) -> Value {
     let skip = r.steps.len().saturating_sub(tail);
-    let base = r
-        .steps
-        .iter()
-        .take(skip)
-        .rev()
-        .find_map(|s| s.block_map.as_ref())
-        .unwrap_or(&r.base_map);
+    let mut base = r.base_map.clone();
+    for s in r.steps.iter().take(skip) {
+        base.apply(&s.block_changes);
+    }
     let steps: Vec<&StepRecord> = r.steps.iter().skip(skip).collect();
     let from_ts = steps.first().map_or(0.0, |s| s.start_us);
     let events: Vec<&RequestEvent> = r.events.iter().filter(|e| skip == 0 || e.ts_us >= from_ts).collect();
-    export_parts(r, meta, &steps, &events, base)
+    export_parts(r, meta, &steps, &events, &base)
 }
 
 fn export_parts(
@@ -72,7 +71,10 @@ fn export_parts(
     let first_ts = steps.first().map_or(0.0, |s| s.start_us);
     let first_step = steps.first().map_or(0, |s| s.index);
     ev.push(json!({"name": "block_map", "cat": "kv", "ph": "N", "id": "0x1", "pid": PID, "tid": 0, "ts": first_ts}));
-    ev.push(snapshot(first_step, first_ts, base));
+    ev.push(snapshot(
+        first_ts,
+        json!({"step": first_step, "owners": base.owners, "refs": base.refs, "cached": base.cached}),
+    ));
     // Each request: when it arrived, its first step, and its preemptions.
     let mut arrival: HashMap<u64, f64> = HashMap::new();
     let mut finish: HashMap<u64, f64> = HashMap::new();
@@ -159,8 +161,13 @@ fn export_parts(
             json!({"name": "prefix cache tokens", "ph": "C", "pid": PID, "tid": 0, "ts": end,
             "args": {"hits": c.prefix_hits, "queries": c.prefix_queries}}),
         );
-        if let Some(m) = &s.block_map {
-            ev.push(snapshot(s.index, end, m));
+        if !s.block_changes.is_empty() {
+            let ch: Vec<Value> = s
+                .block_changes
+                .iter()
+                .map(|c| json!([c.block, c.owner, c.refs, c.cached]))
+                .collect();
+            ev.push(snapshot(end, json!({"step": s.index, "changes": ch})));
         }
     }
     // Still waiting or preempted when the trace was taken.

@@ -16,13 +16,18 @@ function wllmOwnerColor(id) {
   return `hsl(${hue.toFixed(1)}, 62%, ${45 + (id % 3) * 8}%)`;
 }
 
-// The block map in effect at `step`: the last snapshot taken at or before it.
+// The block map after `step`: the pool before the first step with every
+// step's changes up to `step` applied ([block, owner, refs, cached] each).
 function wllmMapAt(data, step) {
-  let best = null;
-  for (const m of data.maps) {
-    if (m.step <= step && (best === null || m.step >= best.step)) best = m;
+  const b = data.base_map;
+  const m = { owners: b.owners.slice(), refs: b.refs.slice(), cached: b.cached.slice() };
+  for (const c of data.map_changes) {
+    if (c.step > step) break;
+    for (const [blk, owner, refs, cached] of c.changes) {
+      if (blk < m.owners.length) { m.owners[blk] = owner; m.refs[blk] = refs; m.cached[blk] = cached; }
+    }
   }
-  return best || data.maps[0] || { step: step, owners: [], refs: [], cached: [] };
+  return m;
 }
 
 // Fills `el` with one cell per pool block: coloured by owner, the reference
