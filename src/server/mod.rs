@@ -14,6 +14,7 @@ pub mod listener;
 mod pages;
 pub mod protocol;
 mod request;
+mod streaming;
 mod structured;
 mod tool_stream;
 mod tools;

@@ -5,6 +5,7 @@
 //! and asking for `{"name": …, "arguments": {…}}`. "required" and a named
 //! function are enforced by a JSON-schema constraint; with "auto" a reply
 //! that is such an object (naming a listed function) becomes a tool call.
+//! `head` recognises the start of such an object as it streams.
 
 use serde_json::{Value, json};
 
@@ -180,13 +181,98 @@ impl ToolPlan {
             return None;
         }
         // The arguments as the model wrote them (what streaming sends), else re-serialised.
-        let args = match super::tool_stream::head(text) {
-            super::tool_stream::Head::Call { args_start, .. } => {
-                super::tool_stream::arguments_text(text, args_start).to_string()
-            }
+        let args = match head(text) {
+            Head::Call { args_start, .. } => arguments_text(text, args_start).to_string(),
             _ => v["arguments"].to_string(),
         };
         Some(json!([{"id": call_id, "type": "function",
             "function": {"name": name, "arguments": args}}]))
     }
+}
+
+/// How far a reply matches the head of a call.
+#[derive(Debug, PartialEq)]
+pub enum Head {
+    /// Could still become one.
+    Partial,
+    /// A call of `name`, its arguments starting at byte `args_start`.
+    Call { name: String, args_start: usize },
+    /// Not a call.
+    No,
+}
+
+/// Matches `{"name": "NAME", "arguments": ` (any whitespace between tokens,
+/// leading whitespace allowed) at the start of `s`.
+pub fn head(s: &str) -> Head {
+    let b = s.as_bytes();
+    let mut i = 0;
+    let ws = |i: &mut usize| {
+        while *i < b.len() && b[*i].is_ascii_whitespace() {
+            *i += 1;
+        }
+    };
+    // Each literal must match; running out of text on the way is `Partial`.
+    let lit = |i: &mut usize, l: &[u8]| -> Option<Head> {
+        for &c in l {
+            match b.get(*i) {
+                None => return Some(Head::Partial),
+                Some(&x) if x == c => *i += 1,
+                Some(_) => return Some(Head::No),
+            }
+        }
+        None
+    };
+    ws(&mut i);
+    if let Some(h) = lit(&mut i, b"{") {
+        return h;
+    }
+    ws(&mut i);
+    if let Some(h) = lit(&mut i, b"\"name\"") {
+        return h;
+    }
+    ws(&mut i);
+    if let Some(h) = lit(&mut i, b":") {
+        return h;
+    }
+    ws(&mut i);
+    if let Some(h) = lit(&mut i, b"\"") {
+        return h;
+    }
+    let start = i;
+    while i < b.len() && b[i] != b'"' {
+        if b[i] == b'\\' || b[i] < 0x20 {
+            return Head::No;
+        }
+        i += 1;
+    }
+    if i == b.len() {
+        return Head::Partial;
+    }
+    let name = s[start..i].to_string();
+    i += 1;
+    ws(&mut i);
+    if let Some(h) = lit(&mut i, b",") {
+        return h;
+    }
+    ws(&mut i);
+    if let Some(h) = lit(&mut i, b"\"arguments\"") {
+        return h;
+    }
+    ws(&mut i);
+    if let Some(h) = lit(&mut i, b":") {
+        return h;
+    }
+    ws(&mut i);
+    if i == b.len() {
+        return Head::Partial;
+    }
+    Head::Call { name, args_start: i }
+}
+
+/// The arguments' text of a reply whose arguments start at `args_start`:
+/// everything up to the last closing brace (the call object's), trailing
+/// whitespace removed. On a prefix of a reply it is a prefix of the final one.
+pub fn arguments_text(s: &str, args_start: usize) -> &str {
+    let t = s[args_start..].trim_end();
+    t.strip_suffix('}').unwrap_or(t).trim_end()
 }
