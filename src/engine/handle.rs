@@ -11,8 +11,9 @@ use std::task::{Context, Poll};
 
 use tokio::sync::mpsc as tmpsc;
 
-use super::llm_engine::{LlmEngine, Prompt, tokenize_prompt, validate_request};
+use super::llm_engine::LlmEngine;
 use super::output::{RequestMetrics, RequestOutput};
+use super::request::{Prompt, tokenize_prompt, validate_request};
 use super::{EngineConfig, EngineError, FinishReason, KvPlan, SeqId};
 use crate::metrics::Metrics;
 use crate::model::ModelConfig;

@@ -9,10 +9,11 @@ use std::time::Instant;
 
 use super::LoadTimings;
 use super::config::{EngineConfig, KvPlan};
-use super::guided::{self, advance_matcher};
+use super::guided;
 use super::model_runner::{ModelRunner, SeqChunk, StepRunner};
 use super::output::{RequestMetrics, RequestOutput};
 use super::postprocess::{postprocess_token, request_metrics};
+use super::request::{Prompt, tokenize_prompt, validate_request};
 use super::scheduler::{Scheduler, SchedulerConfig};
 use super::sequence::{FinishReason, SeqId, SeqStatus, Sequence};
 use super::step_budget::StepBudget;
@@ -22,20 +23,9 @@ use crate::backend::{Backend, OpenBackend};
 use crate::gpu::GpuContext;
 use crate::metrics::Metrics;
 use crate::model::{LlamaModel, ModelConfig, ModelFiles};
-use crate::sampling::constraint::{self, Guide};
-use crate::sampling::{self, SamplingParams};
-use crate::tokenizer::{ChatMessage, Tokenizer};
-
-/// What to complete.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Prompt {
-    /// Raw text (special tokens parsed).
-    Text(String),
-    /// Messages rendered with the model's chat template, generation prompt added.
-    Chat(Vec<ChatMessage>),
-    /// Token ids as they are.
-    Tokens(Vec<u32>),
-}
+use crate::sampling::SamplingParams;
+use crate::sampling::constraint::Guide;
+use crate::tokenizer::Tokenizer;
 
 /// The engine core.
 pub struct LlmEngine {
@@ -396,40 +386,19 @@ impl LlmEngine {
             if seq.num_computed_tokens != seq.num_tokens() {
                 continue;
             }
-            let mut constraint_done = false;
-            let eos = self.tokenizer.eos_ids.first().copied().unwrap_or(0);
-            let (tok, lp) = if let Some(pick) = gpu_picks.remove(&id) {
-                match (pick, seq.matcher.as_deref_mut()) {
-                    (Some(t), Some(m)) => {
-                        constraint_done = advance_matcher(m, t, &self.tokenizer.eos_ids);
-                        (t, None)
-                    }
-                    // Nothing is allowed (or the matcher failed): end here.
-                    _ => (eos, None),
-                }
-            } else if seq.params.needs_logits() {
-                let logits = result.logits.as_ref().expect("logits were read back");
-                let r = &logits[row * vocab..(row + 1) * vocab];
-                let (ctx, out) = (&seq.token_ids[..], &seq.token_ids[seq.prompt_len..]);
-                match seq.matcher.as_deref_mut() {
-                    Some(m) => {
-                        let mut masked = r.to_vec();
-                        let mask = masks.remove(&id).unwrap_or_else(|| m.compute_mask());
-                        match constraint::apply_mask(mask, &mut masked) {
-                            Ok(true) => {
-                                let (t, lp) = sampling::sample(&masked, &seq.params, ctx, out, &mut seq.rng);
-                                constraint_done = advance_matcher(m, t, &self.tokenizer.eos_ids);
-                                (t, lp)
-                            }
-                            // Nothing is allowed (or the matcher failed): end here.
-                            _ => (eos, None),
-                        }
-                    }
-                    None => sampling::sample(r, &seq.params, ctx, out, &mut seq.rng),
-                }
-            } else {
-                (result.argmax[row], None)
-            };
+            let logits = result
+                .logits
+                .as_deref()
+                .filter(|_| seq.params.needs_logits())
+                .map(|l| &l[row * vocab..(row + 1) * vocab]);
+            let (tok, lp, constraint_done) = guided::choose_token(
+                seq,
+                gpu_picks.remove(&id),
+                logits,
+                result.argmax[row],
+                masks.remove(&id),
+                &self.tokenizer.eos_ids,
+            );
             row += 1;
             match seq.times.last_token {
                 None => {
@@ -508,49 +477,5 @@ impl LlmEngine {
         self.scheduler
             .blocks
             .check_consistency(self.scheduler.seqs.values().map(|s| &s.block_table))
-    }
-}
-
-/// Token ids of a prompt: text with special tokens parsed, chat messages through the template.
-pub fn tokenize_prompt(tokenizer: &Tokenizer, prompt: &Prompt) -> Result<Vec<u32>, EngineError> {
-    Ok(match prompt {
-        Prompt::Text(t) => tokenizer.encode(t)?,
-        Prompt::Chat(m) => tokenizer.encode(&tokenizer.apply_chat_template(m)?)?,
-        Prompt::Tokens(t) => t.clone(),
-    })
-}
-
-/// Validates a request; returns the most tokens (prompt + output) it may reach.
-pub fn validate_request(
-    prompt: &[u32],
-    params: &SamplingParams,
-    vocab: usize,
-    max_model_len: usize,
-) -> Result<usize, EngineError> {
-    params.validate()?;
-    if prompt.is_empty() {
-        return Err(EngineError::InvalidRequest("the prompt is empty".into()));
-    }
-    if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= vocab) {
-        return Err(EngineError::InvalidRequest(format!(
-            "token id {bad} is outside the vocabulary of {vocab}"
-        )));
-    }
-    if prompt.len() >= max_model_len {
-        return Err(EngineError::PromptTooLong {
-            prompt: prompt.len(),
-            max_tokens: 1,
-            max_model_len,
-        });
-    }
-    match params.max_tokens {
-        // prompt.len() < max_model_len (checked above): no sum that can wrap.
-        Some(m) if m > max_model_len - prompt.len() => Err(EngineError::PromptTooLong {
-            prompt: prompt.len(),
-            max_tokens: m,
-            max_model_len,
-        }),
-        Some(m) => Ok(prompt.len() + m),
-        None => Ok(max_model_len),
     }
 }
