@@ -1,7 +1,8 @@
 //! The server's pages and a trace report in a real browser: headless Chromium
 //! (Debian's `chromium`; scripts/test.sh installs it) driven over the DevTools
 //! protocol by tests/py/browser_check.py — the chat page streams a reply that
-//! names Paris, the engine page shows 4 running requests and a block map, the
+//! names Paris and its Stop button aborts a long reply on the server, the
+//! engine page shows 4 running requests and a block map, the
 //! report renders with no console errors. Screenshots: target/screenshots/.
 
 mod common;

@@ -1,5 +1,6 @@
 """Drives wllm's pages in headless Chromium (tests/browser_tests.rs runs it):
-the chat page streams a reply that names Paris, the engine page shows 4
+the chat page streams a reply that names Paris and its Stop button aborts a
+long reply on the server, the engine page shows 4
 running requests and a non-empty block map while 4 requests run, and a trace
 report renders with no console errors. Screenshots go to OUTDIR.
 Usage: python3 browser_check.py BASE_URL REPORT_HTML OUTDIR"""
@@ -55,6 +56,21 @@ try:
     check(p.eval("document.documentElement.scrollWidth <= window.innerWidth"), "no horizontal scroll at 390 px")
     check(p.eval("JSON.parse(localStorage.getItem('wllm.chat')).length") == 2, "the conversation is kept")
     p.screenshot(os.path.join(outdir, "chat.png"))
+    # Stop: a long reply cut short in the page is aborted on the server too.
+    p.eval("document.getElementById('maxtokens').value = '400'; document.getElementById('input').focus(); true")
+    p.type_text("Write a very long story about a dragon.")
+    p.eval("document.getElementById('send').click(); true")
+    p.wait_for("document.querySelectorAll('.msg.assistant').length === 2 && "
+               "document.querySelectorAll('.msg.assistant .text')[1].textContent.length > 20", 120, "the second reply")
+    check(get_json("/engine/state")["num_running"] == 1, "the long reply is running")
+    p.eval("document.getElementById('stop').click(); true")
+    stopped = p.wait_for("(document.querySelectorAll('.msg.assistant .stats')[1] || {}).textContent", 30, "stop")
+    check("stopped" in stopped, f"the reply says it was stopped: {stopped}")
+    end = time.time() + 10
+    while time.time() < end and get_json("/engine/state")["num_running"] > 0:
+        time.sleep(0.2)
+    check(get_json("/engine/state")["num_running"] == 0, "Stop aborted the request on the server")
+    check(p.eval("!document.getElementById('send').disabled"), "the page takes a new message")
     check(p.errors() == [], f"no console errors on the chat page: {p.errors()}")
 
     # 2. The engine page while 4 requests run.
