@@ -313,3 +313,22 @@ impl IncrementalDecoder {
         }
     }
 }
+
+/// Byte-level BPE (GPT-2): the printable character that stands for each byte
+/// in a token's string (printable ASCII and Latin-1 stand for themselves, the
+/// rest map to U+0100 onwards).
+pub fn byte_level_chars() -> [char; 256] {
+    let mut out = ['\0'; 256];
+    let mut next = 256u32;
+    for b in 0..256u32 {
+        let printable = (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+        let c = if printable {
+            b
+        } else {
+            next += 1;
+            next - 1
+        };
+        out[b as usize] = char::from_u32(c).unwrap_or('\u{fffd}');
+    }
+    out
+}

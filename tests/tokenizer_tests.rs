@@ -35,3 +35,12 @@ fn incremental_decoding_emits_whole_characters_only() {
         assert_eq!(out, text);
     }
 }
+
+#[test]
+fn byte_level_chars_are_gpt2s_map() {
+    let c = wllm::tokenizer::byte_level_chars();
+    assert_eq!((c[b' ' as usize], c[b'\n' as usize], c[b'a' as usize]), ('Ġ', 'Ċ', 'a'));
+    assert_eq!((c[0], c[0xad], c[0xff]), ('\u{100}', '\u{143}', 'ÿ'));
+    let distinct: std::collections::HashSet<char> = c.iter().copied().collect();
+    assert_eq!(distinct.len(), 256);
+}

@@ -97,24 +97,6 @@ impl TokenizerEnv for Env {
     }
 }
 
-/// GPT-2's byte ↔ printable-character map, inverted: char → byte.
-fn byte_decoder() -> std::collections::HashMap<char, u8> {
-    let mut bs: Vec<u32> = (33..=126).chain(161..=172).chain(174..=255).collect();
-    let mut cs = bs.clone();
-    let mut n = 0;
-    for b in 0..256u32 {
-        if !bs.contains(&b) {
-            bs.push(b);
-            cs.push(256 + n);
-            n += 1;
-        }
-    }
-    bs.iter()
-        .zip(cs)
-        .filter_map(|(&b, c)| Some((char::from_u32(c)?, b as u8)))
-        .collect()
-}
-
 /// The token trie and parser factory of one tokenizer, built on first use.
 pub struct Guide {
     tok: Arc<Tokenizer>,
@@ -130,7 +112,12 @@ impl Guide {
     }
 
     fn build(tok: &Arc<Tokenizer>, vocab: usize) -> Result<Arc<ParserFactory>, String> {
-        let dec = byte_decoder();
+        // Byte-level BPE's stand-in characters, back to their bytes.
+        let dec: std::collections::HashMap<char, u8> = crate::tokenizer::byte_level_chars()
+            .iter()
+            .enumerate()
+            .map(|(b, &c)| (c, b as u8))
+            .collect();
         let special = tok.special_token_ids();
         let mut bytes = Vec::with_capacity(vocab);
         for id in 0..vocab as u32 {

@@ -49,25 +49,6 @@ impl Default for TinySpec {
     }
 }
 
-/// GPT-2's printable stand-in for each byte.
-fn byte_chars() -> Vec<char> {
-    let mut bs: Vec<u32> = (33..=126).chain(161..=172).chain(174..=255).collect();
-    let mut cs = bs.clone();
-    let mut n = 0;
-    for b in 0..256u32 {
-        if !bs.contains(&b) {
-            bs.push(b);
-            cs.push(256 + n);
-            n += 1;
-        }
-    }
-    let mut out = vec![' '; 256];
-    for (b, c) in bs.iter().zip(cs) {
-        out[*b as usize] = char::from_u32(c).unwrap();
-    }
-    out
-}
-
 enum Val {
     U32(u32),
     F32(f32),
@@ -186,7 +167,7 @@ fn ggml_type(f: WeightFormat) -> u32 {
 /// Writes the tiny model to `dir/name` and returns its path. `vocab` is 260.
 pub fn write_tiny_gguf(dir: &Path, name: &str, spec: &TinySpec, r: &mut StdRng) -> PathBuf {
     let hd = spec.hidden / spec.heads;
-    let chars = byte_chars();
+    let chars = wllm::tokenizer::byte_level_chars();
     let mut tokens: Vec<String> = (0..256).map(|b| chars[b].to_string()).collect();
     tokens.extend(["<|im_start|>", "<|im_end|>", "Ġt", "he"].map(String::from));
     let vocab = tokens.len();
