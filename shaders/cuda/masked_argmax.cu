@@ -4,7 +4,7 @@
 // (bit k % 32 of word k / 32); 0xffffffff when none is allowed. NaN never wins;
 // an allowed −∞ still does.
 // Launch: grid (count), block 256; one block per entry.
-// Reduction: as argmax.cu. Exact, so order-free.
+// Reduction: argmax.cu's block_best. Exact, so order-free.
 
 extern "C" __global__ void __launch_bounds__(256) masked_argmax(const float* x, const u32* mask, const u32* rows,
                                                                 u32* out, u32 count, u32 n, u32 words) {
@@ -24,15 +24,6 @@ extern "C" __global__ void __launch_bounds__(256) masked_argmax(const float* x, 
             bi = k;
         }
     }
-    best_v[l] = bv;
-    best_i[l] = bi;
-    __syncthreads();
-    for (u32 s = 128; s > 0; s >>= 1) {
-        if (l < s && better(best_v[l + s], best_i[l + s], best_v[l], best_i[l])) {
-            best_v[l] = best_v[l + s];
-            best_i[l] = best_i[l + s];
-        }
-        __syncthreads();
-    }
-    if (l == 0) out[e] = best_i[0];
+    u32 best = block_best(best_v, best_i, bv, bi);
+    if (l == 0) out[e] = best;
 }
