@@ -12,7 +12,7 @@ use common::*;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use wllm::server::{ServerConfig, serve_until};
+use wllm::server::ServerConfig;
 use wllm::{Engine, EngineConfig};
 
 struct Server {
@@ -32,18 +32,11 @@ fn start(name: &str, cfg: ServerConfig, engine_cfg: impl FnOnce(&mut EngineConfi
     };
     engine_cfg(&mut ec);
     let engine = Engine::new(&ec).unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
-    let addr = listener.local_addr().unwrap();
     let cfg = ServerConfig {
         served_model_name: "tiny".into(),
         ..cfg
     };
-    rt.spawn(serve_until(listener, engine.clone(), cfg, std::future::pending()));
+    let (rt, addr) = serve_in_background(&engine, cfg);
     Server { addr, engine, rt }
 }
 

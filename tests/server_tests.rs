@@ -10,7 +10,7 @@ use common::tiny::{TinySpec, write_tiny_gguf};
 use common::*;
 use serde_json::{Value, json};
 use wllm::client::{get, post_json, post_raw, post_stream};
-use wllm::server::{ServerConfig, serve_until};
+use wllm::server::ServerConfig;
 use wllm::{Engine, EngineConfig, Prompt, SamplingParams};
 
 struct Server {
@@ -29,19 +29,12 @@ fn start(name: &str, max_pending: usize) -> Server {
         ..Default::default()
     };
     let engine = Engine::new(&cfg).unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
-    let addr = listener.local_addr().unwrap();
     let cfg = ServerConfig {
         served_model_name: "tiny".into(),
         max_pending_requests: max_pending,
         ..Default::default()
     };
-    rt.spawn(serve_until(listener, engine.clone(), cfg, std::future::pending()));
+    let (rt, addr) = serve_in_background(&engine, cfg);
     Server {
         base: format!("http://{addr}"),
         engine,

@@ -92,26 +92,19 @@ fn bad_constraints_are_refused() {
 mod api {
     use super::*;
     use wllm::client::post_json;
-    use wllm::server::{ServerConfig, serve_until};
+    use wllm::server::ServerConfig;
 
     pub fn with_server_pub(f: impl FnOnce(&str, &tokio::runtime::Runtime)) {
         with_server(f)
     }
 
     fn with_server(f: impl FnOnce(&str, &tokio::runtime::Runtime)) {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
         let cfg = ServerConfig {
             served_model_name: "m".into(),
             ..Default::default()
         };
-        rt.spawn(serve_until(listener, engine().clone(), cfg, std::future::pending()));
-        f(&base, &rt);
+        let (rt, addr) = serve_in_background(engine(), cfg);
+        f(&format!("http://{addr}"), &rt);
     }
 
     #[test]

@@ -166,3 +166,27 @@ pub fn test_dir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&d).expect("create test dir");
     d
 }
+
+/// Serves `engine` on a free local port from a runtime of its own (two
+/// workers) until the runtime is dropped; returns the runtime and the address.
+pub fn serve_in_background(
+    engine: &wllm::Engine,
+    cfg: wllm::server::ServerConfig,
+) -> (tokio::runtime::Runtime, std::net::SocketAddr) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("bind a local port");
+    let addr = listener.local_addr().expect("the bound address");
+    rt.spawn(wllm::server::serve_until(
+        listener,
+        engine.clone(),
+        cfg,
+        std::future::pending(),
+    ));
+    (rt, addr)
+}
