@@ -16,7 +16,10 @@
 // 2i, 2i+1); the kernel rotates each q and k pair exactly as rope.wgsl, writes
 // every column back to its place in the qkv row, and K and V also to the paged
 // cache at slot_mapping[t] (as rope_cache_write.wgsl). Extra bindings: 5 pos,
-// 6 table, 7 slot_mapping, 8 k_cache, 9 v_cache.
+// 6 table, 7 slot_mapping, 8 k_cache, 9 v_cache (one less each without
+// scales). With `kv_tex` the caches are textures (src/backend/wgsl/kv_tex.rs)
+// written a texel at a time: TN, W's row count and each window's first row are
+// multiples of 8 there.
 //
 // Bindings:
 //   0 p:      Params (uniform)
@@ -90,39 +93,86 @@ vec4<f32>(xs(r, k + 4u), xs(r, k + 5u), xs(r, k + 6u), xs(r, k + 7u))); }
 @group(0) @binding({{ b0 }}) var<storage, read> pos: array<u32>;
 @group(0) @binding({{ b0 + 1 }}) var<storage, read> table: array<vec2<f32>>;
 @group(0) @binding({{ b0 + 2 }}) var<storage, read> slot_mapping: array<u32>;
+{% if kv_tex %}
+@group(0) @binding({{ b0 + 3 }}) var k_tex: texture_storage_2d_array<rgba32float, write>;
+@group(0) @binding({{ b0 + 4 }}) var v_tex: texture_storage_2d_array<rgba32float, write>;
+{% else %}
 @group(0) @binding({{ b0 + 3 }}) var<storage, read_write> k_cache: array<f32>;
 @group(0) @binding({{ b0 + 4 }}) var<storage, read_write> v_cache: array<f32>;
-// Rotates (q and k columns) and stores the pair at W rows c, c + 1 of row t.
-fn store_pair(t: u32, c: u32, a: f32, b: f32) {
-    var y0 = a;
-    var y1 = b;
-    var ca = c;
-    var cb = c + 1u;
-    let qk = p.q_w + p.kv_w;
-    if (c < qk) {
+{% endif %}
+// A rotated pair: its values and the qkv columns they belong at.
+struct Pair {
+    ca: u32,
+    cb: u32,
+    y0: f32,
+    y1: f32,
+}
+// Rotates (q and k columns) the pair at W rows c, c + 1 of row t and stores it in y.
+fn rot_pair(t: u32, c: u32, a: f32, b: f32) -> Pair {
+    var r = Pair(c, c + 1u, a, b);
+    if (c < p.q_w + p.kv_w) {
         let half_d = p.hd / 2u;
         let h = c / p.hd;
         let i = (c % p.hd) / 2u;
         if (p.pairing == 0u) {
-            ca = h * p.hd + i;
-            cb = ca + half_d;
+            r.ca = h * p.hd + i;
+            r.cb = r.ca + half_d;
         }
         let cs = table[min(pos[t], p.max_pos - 1u) * half_d + i];
-        y0 = a * cs.x - b * cs.y;
-        y1 = a * cs.y + b * cs.x;
+        r.y0 = a * cs.x - b * cs.y;
+        r.y1 = a * cs.y + b * cs.x;
     }
     let o = p.y_off + t * p.y_stride;
-    y[o + ca] = y0;
-    y[o + cb] = y1;
-    let slot = slot_mapping[t] * p.kv_w;
+    y[o + r.ca] = r.y0;
+    y[o + r.cb] = r.y1;
+    return r;
+}
+{% if kv_tex %}
+// The four pairs at W rows c .. c + 7 (c a multiple of 8, all in one head):
+// rot_pair each, and K and V also to the cache textures as two texels (four
+// consecutive columns each: adjacent pairs in order, or, rotate-half, the
+// four first halves and the four second halves).
+fn store_group(t: u32, c: u32, a0: f32, a1: f32, a2: f32, a3: f32, a4: f32, a5: f32, a6: f32, a7: f32) {
+    let r0 = rot_pair(t, c, a0, a1);
+    let r1 = rot_pair(t, c + 2u, a2, a3);
+    let r2 = rot_pair(t, c + 4u, a4, a5);
+    let r3 = rot_pair(t, c + 6u, a6, a7);
+    if (c < p.q_w) { return; }
+    let qk = p.q_w + p.kv_w;
+    var lo = vec4<f32>(r0.y0, r1.y0, r2.y0, r3.y0);
+    var hi = vec4<f32>(r0.y1, r1.y1, r2.y1, r3.y1);
+    var c_hi = r0.cb;
+    if (p.pairing == 1u || c >= qk) {
+        lo = vec4<f32>(r0.y0, r0.y1, r1.y0, r1.y1);
+        hi = vec4<f32>(r2.y0, r2.y1, r3.y0, r3.y1);
+        c_hi = r0.ca + 4u;
+    }
+    let slot = slot_mapping[t];
+    let row = slot % {{ slots_per_layer }}u;
+    let layer = slot / {{ slots_per_layer }}u;
     if (c >= qk) {
-        v_cache[slot + ca - qk] = y0;
-        v_cache[slot + cb - qk] = y1;
-    } else if (c >= p.q_w) {
-        k_cache[slot + ca - p.q_w] = y0;
-        k_cache[slot + cb - p.q_w] = y1;
+        textureStore(v_tex, vec2<u32>((r0.ca - qk) / 4u, row), layer, lo);
+        textureStore(v_tex, vec2<u32>((c_hi - qk) / 4u, row), layer, hi);
+    } else {
+        textureStore(k_tex, vec2<u32>((r0.ca - p.q_w) / 4u, row), layer, lo);
+        textureStore(k_tex, vec2<u32>((c_hi - p.q_w) / 4u, row), layer, hi);
     }
 }
+{% else %}
+// rot_pair, and K and V also to the paged cache at slot_mapping[t].
+fn store_pair(t: u32, c: u32, a: f32, b: f32) {
+    let r = rot_pair(t, c, a, b);
+    let qk = p.q_w + p.kv_w;
+    let slot = slot_mapping[t] * p.kv_w;
+    if (c >= qk) {
+        v_cache[slot + r.ca - qk] = r.y0;
+        v_cache[slot + r.cb - qk] = r.y1;
+    } else if (c >= p.q_w) {
+        k_cache[slot + r.ca - p.q_w] = r.y0;
+        k_cache[slot + r.cb - p.q_w] = r.y1;
+    }
+}
+{% endif %}
 {% endif %}
 @compute @workgroup_size({{ wg }})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -217,7 +267,13 @@ a{{ i }}_{{ j }} = fma(x{{ i }}.{{ l }}, w{{ j }}.{{ l }}, a{{ i }}_{{ j }});
 }
 {% endif %}
 {% for i in range(tm) %}
-  {% if rope %}
+  {% if rope and kv_tex %}
+if (t0 + {{ i }}u < p.t) {
+    {% for j in range(0, tn, 8) %}
+if (n0 + {{ j }}u < p.n) { store_group(t0 + {{ i }}u, p.col0 + n0 + {{ j }}u{% for m in range(8) %}, a{{ i }}_{{ j + m }}{% endfor %}); }
+    {% endfor %}
+}
+  {% elif rope %}
 if (t0 + {{ i }}u < p.t) {
     {% for j in range(0, tn, 2) %}
 if (n0 + {{ j }}u < p.n) { store_pair(t0 + {{ i }}u, p.col0 + n0 + {{ j }}u, a{{ i }}_{{ j }}, a{{ i }}_{{ j + 1 }}); }

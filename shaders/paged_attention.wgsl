@@ -7,8 +7,10 @@
 // Bindings:
 //   0 p:            Params (uniform)
 //   1 q:            (T, q_stride) f32; query head h of token t at t*q_stride + h*HD (rope applied)
-//   2 k_cache:      (num_blocks * block_size, kv_heads * HD) f32, read as vec4
-//   3 v_cache:      (num_blocks * block_size, kv_heads * HD) f32, read as vec4
+//   2 k_cache:      (num_blocks * block_size, kv_heads * HD) f32, read as vec4;
+//                   k_tex where the cache is a texture (kv_tex.rs: slot s is texel
+//                   row s % SLOTS_PER_LAYER of layer s / SLOTS_PER_LAYER)
+//   3 v_cache:      the same for V
 //   4 positions:    (T) u32; token t attends to positions 0..=positions[t] of its sequence
 //   5 token_seq:    (T) u32 row of block_tables that holds token t's sequence
 //   6 block_tables: (S, max_blocks) u32 logical block -> physical block
@@ -26,6 +28,8 @@
 //   order 0..W-1. The order depends only on the key count, never on T, on the
 //   other sequences, on chunking, on QT, or on which blocks hold the keys (a
 //   token sharing a key loop with a longer one skips the keys past its own).
+//   With `subgroups` (the W lanes one subgroup, CPU adapters) the lanes merge
+//   with subgroupMax / subgroupAdd instead: the same for every T and QT too.
 
 struct Params {
     t: u32,
@@ -40,8 +44,13 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
+{% if kv_tex %}
+@group(0) @binding(2) var k_tex: texture_2d_array<f32>;
+@group(0) @binding(3) var v_tex: texture_2d_array<f32>;
+{% else %}
 @group(0) @binding(2) var<storage, read> k_cache: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> v_cache: array<vec4<f32>>;
+{% endif %}
 @group(0) @binding(4) var<storage, read> positions: array<u32>;
 @group(0) @binding(5) var<storage, read> token_seq: array<u32>;
 @group(0) @binding(6) var<storage, read> block_tables: array<u32>;
@@ -77,13 +86,25 @@ let table = token_seq[t0] * p.max_blocks;
 let n_max = {% for ti in range(n) %}{{ "max(" if not loop.last }}n{{ ti }}{{ ", " if not loop.last }}{% endfor %}{% for ti in range(n - 1) %}){% endfor %};
 for (var j = l; j < n_max; j = j + W) {
 let blk = block_tables[table + j / p.block_size];
-let base = (blk * p.block_size + j % p.block_size) * kv4 + kvh * (HD / 4u);
-{% for i in range(d4) %}
+let slot = blk * p.block_size + j % p.block_size;
+{% if kv_tex %}
+let ky = slot % {{ slots_per_layer }}u;
+let kl = slot / {{ slots_per_layer }}u;
+  {% for i in range(d4) %}
+let k{{ i }} = textureLoad(k_tex, vec2<u32>(kvh * (HD / 4u) + {{ i }}u, ky), kl, 0);
+  {% endfor %}
+  {% for i in range(d4) %}
+let v{{ i }} = textureLoad(v_tex, vec2<u32>(kvh * (HD / 4u) + {{ i }}u, ky), kl, 0);
+  {% endfor %}
+{% else %}
+let base = slot * kv4 + kvh * (HD / 4u);
+  {% for i in range(d4) %}
 let k{{ i }} = k_cache[base + {{ i }}u];
-{% endfor %}
-{% for i in range(d4) %}
+  {% endfor %}
+  {% for i in range(d4) %}
 let v{{ i }} = v_cache[base + {{ i }}u];
-{% endfor %}
+  {% endfor %}
+{% endif %}
 {% for ti in range(n) %}
 if (j < n{{ ti }}) {
   {% for gi in range(g) %}
@@ -106,6 +127,23 @@ a{{ ti }}_{{ gi }}_{{ i }} = fma(a{{ ti }}_{{ gi }}_{{ i }}, vec4<f32>(corr{{ gi
 }
 {% endfor %}
 }
+{% if subgroups %}
+{# The W lanes are one subgroup: merge in registers, no workgroup memory. #}
+  {% for ti in range(n) %}
+    {% for gi in range(g) %}
+{
+let mx = subgroupMax(m{{ ti }}_{{ gi }});
+let wl = exp(m{{ ti }}_{{ gi }} - mx);
+let total = subgroupAdd(s{{ ti }}_{{ gi }} * wl);
+let ob = t{{ ti }} * p.heads * HD + (h0 + {{ gi }}u) * HD;
+      {% for i in range(d4) %}
+let o{{ i }} = subgroupAdd(a{{ ti }}_{{ gi }}_{{ i }} * wl);
+if (l == {{ i % w }}u) { let r = o{{ i }} / total; out[ob + {{ 4 * i }}u] = r.x; out[ob + {{ 4 * i + 1 }}u] = r.y; out[ob + {{ 4 * i + 2 }}u] = r.z; out[ob + {{ 4 * i + 3 }}u] = r.w; }
+      {% endfor %}
+}
+    {% endfor %}
+  {% endfor %}
+{% else %}
 {% for ti in range(n) %}
   {% for gi in range(g) %}
 lane_m[l * G + {{ gi }}u] = m{{ ti }}_{{ gi }};
@@ -116,6 +154,7 @@ lane_acc[(l * G + {{ gi }}u) * (HD / 4u) + {{ i }}u] = a{{ ti }}_{{ gi }}_{{ i }
   {% endfor %}
 merge(t{{ ti }}, h0, l);
 {% endfor %}
+{% endif %}
 }
 {% endmacro %}
 // Merges the W lanes' partial softmax of token t (in workgroup memory) in lane
@@ -157,8 +196,16 @@ let t{{ ti }} = first + {{ ti }}u;
   return;
 }
 {% endif %}
+{% if qt == 1 %}
+// One token (the dispatch has exactly T rows of workgroups). No loop or early
+// return around it: llvmpipe loads uniform addresses (q, positions) once for
+// all lanes only outside control flow.
+let t0 = first;
+{{ attend(1) }}
+{% else %}
 for (var t = first; t < min(first + {{ qt }}u, p.t); t = t + 1u) {
 let t0 = t;
 {{ attend(1) }}
 }
+{% endif %}
 }

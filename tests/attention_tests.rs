@@ -1,5 +1,6 @@
 //! cache_write and paged_attention against a CPU reference: varlen sequences,
-//! shuffled physical blocks, GQA, awkward lengths; and batch invariance.
+//! shuffled physical blocks, GQA, awkward lengths; and batch invariance. Caches
+//! as buffers and as the textures `Backend::kv_cache` makes on CPU adapters.
 
 mod common;
 
@@ -19,7 +20,15 @@ struct Case {
 /// Runs cache_write for every token of every sequence, then attention for the
 /// `query` tokens (sequence, position); returns (gpu, cpu) outputs.
 fn run_case(c: &Case, seq_lens: &[usize], queries: &[(usize, usize)], seed: u64) -> (Vec<f32>, Vec<f32>) {
-    run_case_on(kernels(), c, seq_lens, queries, seed)
+    run_case_on(kernels(), c, seq_lens, queries, seed, Pool::Buffers(3))
+}
+
+/// The caches a case writes and reads: buffers, or what `Backend::kv_cache`
+/// returns (textures on CPU adapters); with this many blocks spare in the pool.
+#[derive(Clone, Copy)]
+enum Pool {
+    Buffers(usize),
+    KvCache(usize),
 }
 
 fn run_case_on(
@@ -28,13 +37,17 @@ fn run_case_on(
     seq_lens: &[usize],
     queries: &[(usize, usize)],
     seed: u64,
+    pool: Pool,
 ) -> (Vec<f32>, Vec<f32>) {
     let mut r = rng(seed);
     let (h, hk, hd, bs) = (c.heads, c.kv_heads, c.hd, c.bs);
     let kv_w = hk * hd;
     let qkv_w = (h + 2 * hk) * hd;
     let max_blocks = seq_lens.iter().map(|l| l.div_ceil(bs)).max().unwrap();
-    let total_blocks: usize = seq_lens.iter().map(|l| l.div_ceil(bs)).sum::<usize>() + 3;
+    let spare = match pool {
+        Pool::Buffers(n) | Pool::KvCache(n) => n,
+    };
+    let total_blocks: usize = seq_lens.iter().map(|l| l.div_ceil(bs)).sum::<usize>() + spare;
     let mut phys: Vec<u32> = (0..total_blocks as u32).collect();
     phys.shuffle(&mut r);
     let mut tables = vec![0u32; seq_lens.len() * max_blocks];
@@ -57,7 +70,13 @@ fn run_case_on(
         .map(|&(s, p)| tables[s * max_blocks + p / bs] * bs as u32 + (p % bs) as u32)
         .collect();
     let (qkv_b, slot_b) = (upload(&qkv), upload(&slots));
-    let (kc, vc) = (zeros(total_blocks * bs * kv_w), zeros(total_blocks * bs * kv_w));
+    let (kc, vc) = match pool {
+        Pool::Buffers(_) => (zeros(total_blocks * bs * kv_w), zeros(total_blocks * bs * kv_w)),
+        Pool::KvCache(_) => {
+            let cache = || ks.kv_cache((total_blocks * bs) as u64, kv_w as u32).unwrap();
+            (cache(), cache())
+        }
+    };
     let mut enc = encoder();
     let qkv_rows = Rows {
         buf: &qkv_b,
@@ -153,7 +172,7 @@ fn gpu_shaped_paged_attention_matches_cpu() {
     .enumerate()
     {
         let queries: Vec<(usize, usize)> = (30..67).map(|p| (2, p)).chain([(0, 0), (1, 2), (3, 129)]).collect();
-        let (got, want) = run_case_on(&ks, c, &[1, 3, 67, 130], &queries, 50 + ci as u64);
+        let (got, want) = run_case_on(&ks, c, &[1, 3, 67, 130], &queries, 50 + ci as u64, Pool::Buffers(3));
         close(&got, &want, 1e-5, &format!("attention case {ci}"));
     }
 }
@@ -224,5 +243,62 @@ fn paged_attention_is_batch_invariant() {
             bits(&all[qi * w..(qi + 1) * w]),
             "query {q:?} alone differs from the batch"
         );
+    }
+}
+
+/// The cache as `Backend::kv_cache` makes it (textures on CPU adapters, here
+/// over a pool of several texture layers, the blocks scattered across them):
+/// the same bits as buffers, for prefill chunks, decodes and both together.
+#[test]
+fn paged_attention_over_kv_cache_textures_equals_buffers() {
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for (ci, (c, spare)) in [
+        (
+            Case {
+                heads: 9,
+                kv_heads: 3,
+                hd: 64,
+                bs: 16,
+            },
+            150,
+        ),
+        (
+            Case {
+                heads: 6,
+                kv_heads: 1,
+                hd: 16,
+                bs: 32,
+            },
+            70,
+        ),
+        (
+            Case {
+                heads: 8,
+                kv_heads: 2,
+                hd: 128,
+                bs: 8,
+            },
+            3,
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let seq_lens = [1usize, 3, 67, 130];
+        let decodes: Vec<(usize, usize)> = vec![(0, 0), (1, 2), (3, 129), (2, 66)];
+        let mut big: Vec<(usize, usize)> = (40..67).map(|p| (2, p)).collect();
+        big.extend((0..45).map(|p| (3, p)));
+        big.extend([(0, 0), (1, 2), (3, 129)]);
+        for (what, queries) in [("decodes", decodes), ("prefill and decodes", big)] {
+            let seed = 30 + ci as u64;
+            let (tex, want) = run_case_on(kernels(), &c, &seq_lens, &queries, seed, Pool::KvCache(spare));
+            let (buf, _) = run_case_on(kernels(), &c, &seq_lens, &queries, seed, Pool::Buffers(spare));
+            close(&tex, &want, 1e-5, &format!("case {ci}, {what}: textures vs CPU"));
+            assert_eq!(
+                bits(&tex),
+                bits(&buf),
+                "case {ci}, {what}: textures differ from buffers"
+            );
+        }
     }
 }

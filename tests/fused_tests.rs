@@ -136,8 +136,13 @@ fn rope_cache_write_equals_rope_then_cache_write() {
         let slot: Vec<u32> = (0..t as u32).map(|i| (i * 7 + 3) % slots as u32).collect();
         let table = upload(&rope_table(40, hd as usize, 10000.0));
         let (pb, sb) = (upload(&pos), upload(&slot));
-        let run = |fused: bool| -> Vec<Vec<f32>> {
-            let (xb, kc, vc) = (upload(&qkv), zeros(slots * kvw), zeros(slots * kvw));
+        // `tex`: the caches as `Backend::kv_cache` makes them (textures on CPU adapters).
+        let run = |fused: bool, tex: bool| -> Vec<Vec<f32>> {
+            let cache = || match tex {
+                true => ks.kv_cache(slots as u64, kvw as u32).unwrap(),
+                false => zeros(slots * kvw),
+            };
+            let (xb, kc, vc) = (upload(&qkv), cache(), cache());
             let kv = PagedKv {
                 k_cache: &kc,
                 v_cache: &vc,
@@ -188,12 +193,22 @@ fn rope_cache_write_equals_rope_then_cache_write() {
                 )
                 .unwrap();
             }
-            run_read(enc, &[(&xb, t * width), (&kc, slots * kvw), (&vc, slots * kvw)])
+            let qkv_out: Vec<f32> = run_read(enc, &[(&xb, t * width)]).remove(0);
+            let read = |c| ks.read_kv_cache(c, slots as u32, kvw as u32).unwrap();
+            vec![qkv_out, read(&kc), read(&vc)]
         };
-        let (fused, unfused) = (run(true), run(false));
-        for (what, (a, b)) in ["qkv", "k_cache", "v_cache"].iter().zip(fused.iter().zip(&unfused)) {
-            assert_eq!(bits(a), bits(b), "{what}: hq {hq} hk {hk} hd {hd} T {t}");
+        let unfused = run(false, false);
+        for (fused, tex) in [(true, false), (true, true), (false, true)] {
+            let got = run(fused, tex);
+            for (what, (a, b)) in ["qkv", "k_cache", "v_cache"].iter().zip(got.iter().zip(&unfused)) {
+                assert_eq!(
+                    bits(a),
+                    bits(b),
+                    "{what}: hq {hq} hk {hk} hd {hd} T {t}, fused {fused}, textures {tex}"
+                );
+            }
         }
+        let fused = run(true, false);
         // The written slots hold the rotated K and the V of their token.
         for (i, &s) in slot.iter().enumerate() {
             let row = &fused[0][i * width..(i + 1) * width];
@@ -213,7 +228,9 @@ fn rope_cache_write_equals_rope_then_cache_write() {
 /// The qkv gemm with its rope epilogue (q and k rows paired by
 /// `pair_rope_rows`) writes exactly the qkv rows and cache rows of the qkv
 /// gemm then `rope_cache_write`, under every row tile, both pairings, on the
-/// CPU shapes (textures) and the GPU shapes (buffers).
+/// CPU shapes (weight textures) and the GPU shapes (buffers), into caches as
+/// buffers and as `Backend::kv_cache` makes them (textures on CPU adapters,
+/// written a texel at a time by the epilogue).
 #[test]
 fn gemm_rope_kv_equals_gemm_then_rope_cache_write() {
     let mut gpu = wllm::backend::wgsl::Kernels::new(&kernels().ctx).unwrap();
@@ -257,8 +274,13 @@ fn gemm_rope_kv_equals_gemm_then_rope_cache_write() {
                 pairing,
             };
             let kvw = kv_rows;
-            let run = |tm: Option<u32>| -> Vec<Vec<f32>> {
-                let (qkv, kc, vc) = (zeros(t * width), zeros(slots * kvw), zeros(slots * kvw));
+            // `tex`: the caches as `Backend::kv_cache` makes them (textures on CPU adapters).
+            let run = |tm: Option<u32>, tex: bool| -> Vec<Vec<f32>> {
+                let cache = || match tex {
+                    true => ks.kv_cache(slots as u64, kvw as u32).unwrap(),
+                    false => zeros(slots * kvw),
+                };
+                let (qkv, kc, vc) = (zeros(t * width), cache(), cache());
                 let kv = PagedKv {
                     k_cache: &kc,
                     v_cache: &vc,
@@ -283,13 +305,21 @@ fn gemm_rope_kv_equals_gemm_then_rope_cache_write() {
                             .unwrap();
                     }
                 }
-                run_read(enc, &[(&qkv, t * width), (&kc, slots * kvw), (&vc, slots * kvw)])
+                let qkv_out: Vec<f32> = run_read(enc, &[(&qkv, t * width)]).remove(0);
+                let read = |c| ks.read_kv_cache(c, slots as u32, kvw as u32).unwrap();
+                vec![qkv_out, read(&kc), read(&vc)]
             };
-            let want = run(None);
+            let want = run(None, false);
             for tm in ks.row_tiles(&fused_w) {
-                let got = run(Some(tm));
-                for (what, (a, b)) in ["qkv", "k_cache", "v_cache"].iter().zip(got.iter().zip(&want)) {
-                    assert_eq!(bits(a), bits(b), "{shapes} {format:?} {pairing:?} tile {tm}: {what}");
+                for tex in [false, true] {
+                    let got = run(Some(tm), tex);
+                    for (what, (a, b)) in ["qkv", "k_cache", "v_cache"].iter().zip(got.iter().zip(&want)) {
+                        assert_eq!(
+                            bits(a),
+                            bits(b),
+                            "{shapes} {format:?} {pairing:?} tile {tm} textures {tex}: {what}"
+                        );
+                    }
                 }
             }
         }

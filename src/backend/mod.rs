@@ -148,6 +148,14 @@ pub trait Backend: Send + 'static {
     fn zeros(&self, bytes: u64) -> Result<Self::Buffer, Self::Error>;
     /// A buffer holding `data`.
     fn upload(&self, data: &[u8], label: &str) -> Result<Self::Buffer, Self::Error>;
+    /// A zeroed K or V cache of `rows` token slots of `width` floats (one
+    /// layer of the paged pool). Only the cache ops (`cache_write`,
+    /// `rope_cache_write`, `gemm_rope_kv`, `paged_attention`) may touch it: a
+    /// backend may hold it in another form than a plain buffer (wgpu on CPU
+    /// adapters: a texture, which llvmpipe reads eight lanes at a time).
+    fn kv_cache(&self, rows: u64, width: u32) -> Result<Self::Buffer, Self::Error> {
+        self.zeros(rows * u64::from(width) * 4)
+    }
     /// Bytes of a buffer.
     fn buffer_bytes(&self, b: &Self::Buffer) -> u64;
     /// Overwrites the start of `buf` with `data`, ordered before the next step's ops.

@@ -79,12 +79,13 @@ fn op_cost(name: &str, params: &[u8], bufs: &[wllm::gpu::Bound], keys: f64) -> (
         "cache" => (16.0 * at(0) * at(1), 0.0),
         "argmax" => (4.0 * at(0) * at(1), 0.0),
         "embed" => (8.0 * at(0) * at(1), 0.0),
-        // paged_attention_{hd}x{w}x{g}: each workgroup of g heads reads K and V
+        // paged_attention_{hd}x{w}x{g}x{qt}[_kvtex][_sg]: each workgroup of g heads reads K and V
         // rows of its keys once; q·k and p·v are 2 flops a dimension each.
         "paged" => {
+            // The shape is the name's `{hd}x{w}x{g}x{qt}` part (suffixes follow it).
             let shape: Vec<f64> = name
-                .rsplit('_')
-                .next()
+                .split('_')
+                .find(|s| s.starts_with(|c: char| c.is_ascii_digit()) && s.contains('x'))
                 .unwrap_or("")
                 .split('x')
                 .filter_map(|x| x.parse().ok())

@@ -26,7 +26,8 @@ impl<B: Backend> KvCache<B> {
                 ks.max_buffer()
             )));
         }
-        let mk = |_| ks.zeros(per_layer).map_err(backend_err);
+        let (rows, width) = ((num_blocks * block_size) as u64, (cfg.kv_heads * cfg.head_dim) as u32);
+        let mk = |_| ks.kv_cache(rows, width).map_err(backend_err);
         Ok(Self {
             k: (0..cfg.layers).map(mk).collect::<Result<_, _>>()?,
             v: (0..cfg.layers).map(mk).collect::<Result<_, _>>()?,

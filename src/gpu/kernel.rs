@@ -13,6 +13,10 @@ pub enum Binding {
     TexU32 = 2,
     /// A `texture_2d<f32>` (unfilterable) read with `textureLoad`.
     TexF32 = 3,
+    /// A `texture_2d_array<f32>` (unfilterable) read with `textureLoad`.
+    TexF32Array = 4,
+    /// A `texture_storage_2d_array<rgba32float, write>` written with `textureStore`.
+    StoreF32Array = 5,
 }
 
 /// A compiled compute pipeline and its layout.
@@ -53,17 +57,25 @@ impl Kernel {
             count: None,
         }];
         for (i, b) in storage.iter().enumerate() {
-            let texture = |sample_type| wgpu::BindingType::Texture {
+            let texture = |sample_type, view_dimension| wgpu::BindingType::Texture {
                 sample_type,
-                view_dimension: wgpu::TextureViewDimension::D2,
+                view_dimension,
                 multisampled: false,
             };
+            let (d2, d2_array) = (wgpu::TextureViewDimension::D2, wgpu::TextureViewDimension::D2Array);
+            let unfiltered = wgpu::TextureSampleType::Float { filterable: false };
             entries.push(wgpu::BindGroupLayoutEntry {
                 binding: i as u32 + 1,
                 visibility: wgpu::ShaderStages::COMPUTE,
                 ty: match b {
-                    Binding::TexU32 => texture(wgpu::TextureSampleType::Uint),
-                    Binding::TexF32 => texture(wgpu::TextureSampleType::Float { filterable: false }),
+                    Binding::TexU32 => texture(wgpu::TextureSampleType::Uint, d2),
+                    Binding::TexF32 => texture(unfiltered, d2),
+                    Binding::TexF32Array => texture(unfiltered, d2_array),
+                    Binding::StoreF32Array => wgpu::BindingType::StorageTexture {
+                        access: wgpu::StorageTextureAccess::WriteOnly,
+                        format: wgpu::TextureFormat::Rgba32Float,
+                        view_dimension: d2_array,
+                    },
                     _ => wgpu::BindingType::Buffer {
                         ty: wgpu::BufferBindingType::Storage {
                             read_only: *b == Binding::Read,

@@ -19,12 +19,24 @@ pub struct AttentionVariant {
     pub g: u32,
     /// Query tokens per workgroup (sharing K/V loads when of one sequence).
     pub qt: u32,
+    /// K and V read from textures (`kv_tex`) rather than storage buffers.
+    pub kv_tex: bool,
+    /// The W lanes are one subgroup and merge with subgroup operations.
+    pub subgroups: bool,
 }
 
 /// The WGSL of a variant: `shaders/paged_attention.wgsl` rendered for it.
 pub fn source(v: AttentionVariant) -> Result<String, GpuError> {
     render(
         "paged_attention.wgsl",
-        context! { head_dim => v.head_dim, w => v.w, g => v.g, qt => v.qt },
+        context! {
+            head_dim => v.head_dim,
+            w => v.w,
+            g => v.g,
+            qt => v.qt,
+            kv_tex => v.kv_tex,
+            subgroups => v.subgroups,
+            slots_per_layer => super::kv_tex::SLOTS_PER_LAYER,
+        },
     )
 }

@@ -13,7 +13,7 @@ pub struct RenderedKernel {
 }
 
 /// The kernels that are plain WGSL (not templates), by name.
-const FIXED: [&str; 7] = [
+const FIXED: [&str; 8] = [
     "rms_norm",
     "rope",
     "rope_cache_write",
@@ -21,6 +21,7 @@ const FIXED: [&str; 7] = [
     "argmax",
     "masked_argmax",
     "cache_write",
+    "cache_write_tex",
 ];
 
 impl Kernels {
@@ -47,13 +48,19 @@ impl Kernels {
                     let mut v = self.gemm_variant_of(format, tm, x_vec, silu, rope);
                     v.w_tex = self.cpu_shapes;
                     v.x_tex = self.cpu_shapes && x_vec;
+                    // CPU adapters hold the KV cache as textures (kv_tex.rs).
+                    v.kv_tex = rope && self.cpu_shapes && v.tn.is_multiple_of(8);
                     let layout = if x_vec { "xvec4" } else { "xscalar" };
                     let epilogue = match (silu, rope) {
                         (true, _) => "_silu",
                         (false, true) => "_rope",
                         (false, false) => "",
                     };
-                    let tex = if v.w_tex { "_tex" } else { "" };
+                    let tex = match (v.w_tex, v.kv_tex) {
+                        (true, true) => "_tex_kvtex",
+                        (true, false) => "_tex",
+                        _ => "",
+                    };
                     out.push(RenderedKernel {
                         file: format!(
                             "gemm_{format:?}_{}x{}_wg{}_{layout}{epilogue}{tex}.wgsl",
@@ -70,16 +77,25 @@ impl Kernels {
         }
         // Decode-sized and prefill-sized steps (the token tile may differ).
         let group = heads / kv_heads.max(1);
-        let (decode, prefill) = (
+        let (mut decode, mut prefill) = (
             self.attention_variant(head_dim, group, 1),
             self.attention_variant(head_dim, group, 512),
         );
+        (decode.kv_tex, prefill.kv_tex) = (self.cpu_shapes, self.cpu_shapes);
         for v in [decode, prefill]
             .into_iter()
             .take(if decode == prefill { 1 } else { 2 })
         {
             out.push(RenderedKernel {
-                file: format!("paged_attention_hd{}_w{}_g{}_qt{}.wgsl", v.head_dim, v.w, v.g, v.qt),
+                file: format!(
+                    "paged_attention_hd{}_w{}_g{}_qt{}{}{}.wgsl",
+                    v.head_dim,
+                    v.w,
+                    v.g,
+                    v.qt,
+                    if v.kv_tex { "_kvtex" } else { "" },
+                    if v.subgroups { "_sg" } else { "" }
+                ),
                 source: attention::source(v)?,
             });
         }
@@ -130,6 +146,7 @@ mod tests {
                         w_tex,
                         x_tex,
                         rope,
+                        kv_tex: false,
                     };
                     let src = gemm::source(v).unwrap();
                     let last = format!("a{}_{} = ", tm - 1, tn - 1);
@@ -137,6 +154,13 @@ mod tests {
                     assert_eq!(src.contains("exp(-g)"), silu, "{v:?}: epilogue");
                     assert_eq!(src.contains("store_pair(t0"), rope, "{v:?}: epilogue");
                     validate(&format!("{v:?}"), &src);
+                    if rope && tn % 8 == 0 {
+                        // The cache as textures: whole texels from groups of 8 rows.
+                        let v = GemmVariant { kv_tex: true, ..v };
+                        let src = gemm::source(v).unwrap();
+                        assert!(src.contains("store_group(t0") && !src.contains("store_pair("), "{v:?}");
+                        validate(&format!("{v:?}"), &src);
+                    }
                 }
             }
             validate(&format!("embed {format:?}"), &embed::source(format).unwrap());
@@ -148,8 +172,19 @@ mod tests {
             (80, 8, 2, 2),
             (256, 8, 1, 3),
         ] {
-            let v = AttentionVariant { head_dim, w, g, qt };
-            validate(&format!("{v:?}"), &attention::source(v).unwrap());
+            for (kv_tex, subgroups) in [(false, false), (true, false), (true, true)] {
+                let v = AttentionVariant {
+                    head_dim,
+                    w,
+                    g,
+                    qt,
+                    kv_tex,
+                    subgroups,
+                };
+                let src = attention::source(v).unwrap();
+                assert_eq!(src.contains("textureLoad(k_tex"), kv_tex, "{v:?}");
+                validate(&format!("{v:?}"), &src);
+            }
         }
     }
 

@@ -27,6 +27,8 @@ pub struct GemmVariant {
     /// The rope epilogue (qkv rows, rotated pairs adjacent; TN even): rotates
     /// q and k and writes K and V to the paged cache too.
     pub rope: bool,
+    /// The rope epilogue writes the cache as textures (`kv_tex`; TN a multiple of 8).
+    pub kv_tex: bool,
 }
 
 /// The uniform parameters, laid out as `Params` in gemm.wgsl.
@@ -78,6 +80,8 @@ pub fn source(v: GemmVariant) -> Result<String, GpuError> {
             w_tex => v.w_tex,
             x_tex => v.x_tex,
             rope => v.rope,
+            kv_tex => v.kv_tex,
+            slots_per_layer => super::kv_tex::SLOTS_PER_LAYER,
         },
     )
 }

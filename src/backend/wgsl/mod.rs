@@ -8,6 +8,7 @@ pub mod attention;
 mod dump;
 pub mod embed;
 pub mod gemm;
+mod kv_tex;
 mod ops;
 pub mod roofs;
 pub mod templates;
@@ -78,12 +79,16 @@ pub struct Kernels {
     pub(crate) argmax: Arc<Kernel>,
     pub(crate) masked_argmax: Arc<Kernel>,
     pub(crate) cache_write: Arc<Kernel>,
+    pub(crate) cache_write_tex: Arc<Kernel>,
     attention: Mutex<HashMap<attention::AttentionVariant, Arc<Kernel>>>,
     gemm: Mutex<HashMap<GemmVariant, Arc<Kernel>>>,
     /// Textures gemm copies x rows into on CPU adapters, one per (buffer, row stride).
     /// (Their views are kept too: a step's bind groups are reused only for the same view.)
     x_tex: Mutex<HashMap<(wgpu::Buffer, u32), (wgpu::Texture, wgpu::TextureView)>>,
     embed: Mutex<HashMap<WeightFormat, Arc<Kernel>>>,
+    /// The KV caches held as textures (CPU adapters), by the placeholder buffer
+    /// `Backend::kv_cache` returned for each (kv_tex.rs).
+    kv_tex: Mutex<HashMap<wgpu::Buffer, kv_tex::KvTexture>>,
     /// Largest byte range one storage binding may cover (weights beyond it are
     /// bound window by window).
     pub binding_limit: u64,
@@ -132,10 +137,16 @@ impl Kernels {
             argmax: k("argmax", templates::file("argmax.wgsl"), &[R, RW])?,
             masked_argmax: k("masked_argmax", templates::file("masked_argmax.wgsl"), &[R, R, R, RW])?,
             cache_write: k("cache_write", templates::file("cache_write.wgsl"), &[R, R, RW, RW])?,
+            cache_write_tex: k(
+                "cache_write_tex",
+                templates::file("cache_write_tex.wgsl"),
+                &[R, R, Binding::StoreF32Array, Binding::StoreF32Array],
+            )?,
             attention: Mutex::default(),
             gemm: Mutex::default(),
             x_tex: Mutex::default(),
             embed: Mutex::default(),
+            kv_tex: Mutex::default(),
             dummy: dummy(),
             dummy_rw: dummy(),
             bind_cache: BindCache::shared(),
@@ -232,6 +243,7 @@ impl Kernels {
             w_tex: false,
             x_tex: false,
             rope,
+            kv_tex: false,
         }
     }
 
@@ -281,7 +293,12 @@ impl Kernels {
             (true, true) => &[xb, Binding::TexU32, Binding::TexF32, RW],
             (false, true) => &[xb, Binding::TexU32, RW],
         };
-        let rope: &[Binding] = if v.rope { &[R, R, R, RW, RW] } else { &[] };
+        let store = Binding::StoreF32Array;
+        let rope: &[Binding] = match (v.rope, v.kv_tex) {
+            (false, _) => &[],
+            (true, false) => &[R, R, R, RW, RW],
+            (true, true) => &[R, R, R, store, store],
+        };
         let storage: Vec<Binding> = storage.iter().chain(rope).copied().collect();
         let epilogue = match (v.silu, v.rope) {
             (true, _) => "_silu",
@@ -294,7 +311,8 @@ impl Kernels {
             (false, true) => "_xtex",
             (false, false) => "",
         };
-        let name = format!("gemm_{:?}_{}x{}{epilogue}{tex}", v.format, v.tm, v.tn);
+        let kv = if v.kv_tex { "_kvtex" } else { "" };
+        let name = format!("gemm_{:?}_{}x{}{epilogue}{tex}{kv}", v.format, v.tm, v.tn);
         let k = self
             .store
             .kernel(&self.ctx.device, &name, &gemm::source(v)?, &storage)?;
@@ -357,6 +375,33 @@ impl Kernels {
                 w.n, kv.kv_heads, kv.head_dim
             )));
         }
+        if self.kv_textures(kv.k_cache, kv.v_cache, kv.kv_rows)?.is_some() {
+            // Caches as textures: the epilogue writes whole texels, groups of
+            // 8 W rows; where the tile or windows do not allow it, the gemm
+            // and rope_cache_write run one after the other.
+            let v = self.gemm_variant(w, x, tm, false, true);
+            let starts: Vec<u32> = if self.cpu_shapes && !w.tex.is_empty() {
+                w.tex.iter().map(|t| t.row0).collect()
+            } else {
+                let windows = w.windows(self.binding_limit, self.storage_align())?;
+                windows.iter().map(|b| b.row0).collect()
+            };
+            let aligned = v.tn.is_multiple_of(8) && kv.head_dim.is_multiple_of(8);
+            if !aligned || starts.iter().any(|r| !r.is_multiple_of(8)) {
+                self.gemm_with(enc, w, x, qkv, t, tm)?;
+                return crate::backend::Backend::rope_cache_write(
+                    self,
+                    enc,
+                    qkv.buf,
+                    qkv.stride,
+                    rope,
+                    kv,
+                    q_heads,
+                    slot_mapping,
+                    t,
+                );
+            }
+        }
         let ep = Epilogue::Rope {
             rope,
             kv,
@@ -415,6 +460,11 @@ impl Kernels {
             }
             None => Bound::Buf(BufSlice::whole(x.buf)),
         };
+        let kv_tex = match ep {
+            Epilogue::Rope { kv, .. } => self.kv_textures(kv.k_cache, kv.v_cache, kv.kv_rows)?,
+            _ => None,
+        };
+        v.kv_tex = kv_tex.is_some();
         let kernel = self.gemm_kernel(v)?;
         let windows: Vec<(u32, u32, Vec<Bound>)> = if v.w_tex {
             let tex = w.tex.iter();
@@ -463,17 +513,19 @@ impl Kernels {
                 let kv_w = kv.kv_heads * kv.head_dim;
                 (p.y_off, p.col0, p.q_w, p.kv_w) = (y.off, row0, *q_w, kv_w);
                 (p.hd, p.pairing, p.max_pos) = (kv.head_dim, rope.pairing as u32, rope.max_pos);
-                let [k_cache, v_cache] = ops::kv_caches(kv);
+                let [k_cache, v_cache] = match &kv_tex {
+                    Some(tex) => tex.clone(),
+                    None => ops::kv_caches(kv).map(Bound::Buf),
+                };
                 bufs.extend(
                     [
                         BufSlice::whole(rope.positions),
                         BufSlice::whole(rope.table),
                         BufSlice::whole(slot_mapping),
-                        k_cache,
-                        v_cache,
                     ]
                     .map(Bound::Buf),
                 );
+                bufs.extend([k_cache, v_cache]);
             }
             let cols = rows.div_ceil(v.tn * v.wg);
             enc.dispatch_bound(&kernel, bytemuck::bytes_of(&p), bufs, [cols, t.div_ceil(v.tm), 1]);
@@ -517,7 +569,19 @@ impl Kernels {
         } else {
             1
         };
-        attention::AttentionVariant { head_dim, w, g, qt }
+        // Lanes that are one subgroup merge without workgroup memory (whose
+        // lane-varying loads and stores llvmpipe runs lane by lane).
+        let subgroups = self.cpu_shapes
+            && self.ctx.features.contains(wgpu::Features::SUBGROUP)
+            && self.ctx.info.subgroup_min_size >= w;
+        attention::AttentionVariant {
+            head_dim,
+            w,
+            g,
+            qt,
+            kv_tex: false,
+            subgroups,
+        }
     }
 
     pub(crate) fn attention_kernel(&self, v: attention::AttentionVariant) -> Result<Arc<Kernel>, GpuError> {
@@ -525,10 +589,18 @@ impl Kernels {
         if let Some(k) = cache.get(&v) {
             return Ok(k.clone());
         }
-        let name = format!("paged_attention_{}x{}x{}x{}", v.head_dim, v.w, v.g, v.qt);
+        let kv = if v.kv_tex { "_kvtex" } else { "" };
+        let sg = if v.subgroups { "_sg" } else { "" };
+        let name = format!("paged_attention_{}x{}x{}x{}{kv}{sg}", v.head_dim, v.w, v.g, v.qt);
+        let tex = Binding::TexF32Array;
+        let storage = if v.kv_tex {
+            [R, tex, tex, R, R, R, RW]
+        } else {
+            [R, R, R, R, R, R, RW]
+        };
         let k = self
             .store
-            .kernel(&self.ctx.device, &name, &attention::source(v)?, &[R, R, R, R, R, R, RW])?;
+            .kernel(&self.ctx.device, &name, &attention::source(v)?, &storage)?;
         cache.insert(v, k.clone());
         Ok(k)
     }

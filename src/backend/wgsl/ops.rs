@@ -4,9 +4,9 @@
 //! steps reuse their bind groups (`Kernels::bind_cache`).
 
 use super::embed::EmbedParams;
-use super::{GpuWeight, Kernels, PagedKv, Rows};
+use super::{GpuWeight, Kernels, PagedKv, Rows, kv_tex};
 use crate::backend::{Backend, MaskedArgmax, RopeArgs, RopePairing, WeightInfo};
-use crate::gpu::{BufSlice, GpuError, StepEncoder};
+use crate::gpu::{Bound, BufSlice, GpuError, StepEncoder};
 use crate::quant::{Repacked, WeightFormat};
 
 /// Row-wise settings of `rms_norm`.
@@ -100,6 +100,10 @@ impl Backend for Kernels {
 
     fn upload(&self, data: &[u8], label: &str) -> Result<wgpu::Buffer, GpuError> {
         Ok(self.ctx.storage_buffer(data, label))
+    }
+
+    fn kv_cache(&self, rows: u64, width: u32) -> Result<wgpu::Buffer, GpuError> {
+        Ok(self.new_kv_cache(rows, width))
     }
 
     fn buffer_bytes(&self, b: &wgpu::Buffer) -> u64 {
@@ -198,6 +202,30 @@ impl Backend for Kernels {
         t: u32,
     ) -> Result<(), GpuError> {
         let (hd, hk) = (kv.head_dim, kv.kv_heads);
+        if self.kv_textures(kv.k_cache, kv.v_cache, kv.kv_rows)?.is_some() {
+            // Caches as textures: rope in place, then the texel copy.
+            let (pos, table) = (rope.positions, rope.table);
+            self.rope(
+                enc,
+                qkv,
+                stride,
+                pos,
+                table,
+                rope.max_pos,
+                t,
+                q_heads + hk,
+                hd,
+                rope.pairing,
+            )?;
+            let rows = Rows {
+                buf: qkv,
+                off: 0,
+                stride,
+            };
+            let (k_off, v_off) = (q_heads * hd, (q_heads + hk) * hd);
+            let (kc, vc) = (kv.k_cache, kv.v_cache);
+            return self.cache_write(enc, rows, k_off, v_off, hk * hd, slot_mapping, kc, vc, kv.kv_rows, t);
+        }
         let p = [t, q_heads, hk, hd, stride, rope.pairing as u32, rope.max_pos, 0];
         let [k_cache, v_cache] = kv_caches(&kv);
         let bufs = [
@@ -344,6 +372,31 @@ impl Backend for Kernels {
         kv_rows: u32,
         t: u32,
     ) -> Result<(), GpuError> {
+        if let Some([kt, vt]) = self.kv_textures(k_cache, v_cache, kv_rows)? {
+            let p = [
+                t,
+                kv_width,
+                qkv.stride,
+                k_off + qkv.off,
+                v_off + qkv.off,
+                kv_tex::SLOTS_PER_LAYER,
+                0,
+                0,
+            ];
+            let bufs = vec![
+                Bound::Buf(BufSlice::whole(qkv.buf)),
+                Bound::Buf(BufSlice::whole(slot_mapping)),
+                kt,
+                vt,
+            ];
+            enc.dispatch_bound(
+                &self.cache_write_tex,
+                bytemuck::cast_slice(&p),
+                bufs,
+                [(kv_width / 4).div_ceil(64), t, 1],
+            );
+            return Ok(());
+        }
         let p = [t, kv_width, qkv.stride, k_off, v_off, 0, 0, 0];
         let row_bytes = u64::from(kv_width) * 4;
         let bufs = [
@@ -371,8 +424,12 @@ impl Backend for Kernels {
         t: u32,
         out: &wgpu::Buffer,
     ) -> Result<(), GpuError> {
-        let v = self.attention_variant(kv.head_dim, heads / kv.kv_heads.max(1), t);
-        let [k_cache, v_cache] = kv_caches(&kv);
+        let mut v = self.attention_variant(kv.head_dim, heads / kv.kv_heads.max(1), t);
+        let kv_bound = match self.kv_textures(kv.k_cache, kv.v_cache, kv.kv_rows)? {
+            Some(tex) => tex,
+            None => kv_caches(&kv).map(Bound::Buf),
+        };
+        v.kv_tex = matches!(kv_bound[0], Bound::Tex { .. });
         let kernel = self.attention_kernel(v)?;
         let p = AttentionParams {
             t,
@@ -388,19 +445,20 @@ impl Backend for Kernels {
             scale: 1.0 / (kv.head_dim as f32).sqrt(),
             pad: 0,
         };
-        let bufs = [
-            BufSlice::whole(q),
+        let [k_cache, v_cache] = kv_bound;
+        let bufs = vec![
+            Bound::Buf(BufSlice::whole(q)),
             k_cache,
             v_cache,
-            BufSlice::whole(kv.positions),
-            BufSlice::whole(kv.token_seq),
-            BufSlice::whole(kv.block_tables),
-            BufSlice::whole(out),
+            Bound::Buf(BufSlice::whole(kv.positions)),
+            Bound::Buf(BufSlice::whole(kv.token_seq)),
+            Bound::Buf(BufSlice::whole(kv.block_tables)),
+            Bound::Buf(BufSlice::whole(out)),
         ];
-        enc.dispatch(
+        enc.dispatch_bound(
             &kernel,
             bytemuck::bytes_of(&p),
-            &bufs,
+            bufs,
             [heads / v.g, t.div_ceil(v.qt), 1],
         );
         Ok(())

@@ -14,6 +14,10 @@ use crate::gpu::GpuError;
 pub const SHADER_FILES: &[(&str, &str)] = &[
     ("argmax.wgsl", include_str!("../../../shaders/argmax.wgsl")),
     ("cache_write.wgsl", include_str!("../../../shaders/cache_write.wgsl")),
+    (
+        "cache_write_tex.wgsl",
+        include_str!("../../../shaders/cache_write_tex.wgsl"),
+    ),
     ("embed.wgsl", include_str!("../../../shaders/embed.wgsl")),
     ("gemm.wgsl", include_str!("../../../shaders/gemm.wgsl")),
     (
