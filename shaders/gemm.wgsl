@@ -67,6 +67,8 @@ struct Params {
 {% import "weights.wgsl" as weights %}
 {% set lanes = ["a.x", "a.y", "a.z", "a.w", "b.x", "b.y", "b.z", "b.w"] %}
 {% set with_min = format == "Q4_1" or format == "Q8_16" %}
+{# Q4 from textures (CPU adapters): x pre-scaled, nibbles masked in place (weights.wgsl). #}
+{% set scaled = w_tex and (format == "Q4_0" or format == "Q4_1") %}
 {% if x_tex %}
 {# x copied into a texture (CPU adapters): r is the row, a texel holds 4 floats. #}
 @group(0) @binding(1) var x_tex: texture_2d<f32>;
@@ -216,12 +218,15 @@ let x{{ i }} = load_x8(r{{ i }}, 4u * b + {{ sub }}u);
       {% if with_min %}
 xs{{ i }} = xs{{ i }} + {% for l in lanes %}x{{ i }}.{{ l }}{{ " + " if not loop.last }}{% endfor %};
       {% endif %}
+      {% if scaled %}
+let xq{{ i }} = F8(x{{ i }}.a * {{ weights.x_scale(sub) }}, x{{ i }}.b * {{ weights.x_scale(sub) }});
+      {% endif %}
     {% endfor %}
     {% for j in range(tn) %}
-let w{{ j }} = {{ weights.dq_sub(format, j, sub) }};
+let w{{ j }} = {{ weights.dq_sub_scaled(format, j, sub) if scaled else weights.dq_sub(format, j, sub) }};
       {% for i in range(tm) %}
         {% for l in lanes %}
-s{{ i }}_{{ j }} = fma(x{{ i }}.{{ l }}, w{{ j }}.{{ l }}, s{{ i }}_{{ j }});
+s{{ i }}_{{ j }} = fma({{ "xq" if scaled else "x" }}{{ i }}.{{ l }}, w{{ j }}.{{ l }}, s{{ i }}_{{ j }});
         {% endfor %}
       {% endfor %}
     {% endfor %}

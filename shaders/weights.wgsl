@@ -49,6 +49,27 @@ fn u4x4(u: u32, sh: u32) -> vec4<f32> {
 fn dq_q4(w0: u32, w1: u32, sh: u32, off: f32) -> F8 {
     return F8(u4x4(w0, sh) - off, u4x4(w1, sh) - off);
 }
+// Q4 with x pre-scaled (CPU adapters, where a shift is one more op per
+// weight): nibble k of a word is masked in place, f32(u & (15 << 4k)) =
+// n · 2^4k exactly, and x is multiplied by 2^-4k beforehand, so each
+// fma(x · 2^-4k, n · 2^4k, s) equals fma(x, n, s) bit for bit (x normal).
+// The top nibble is shifted down (a mask would need an unsigned convert).
+// Sub-blocks 0, 1 take the low nibbles (lo), 2, 3 the high ones (hi).
+const Q4_X_LO = vec4<f32>(1.0, 0.00390625, 1.52587890625e-05, 5.9604644775390625e-08);
+const Q4_X_HI = vec4<f32>(0.0625, 0.000244140625, 9.5367431640625e-07, 1.0);
+// Q4_0's offset 8 at the same powers of two.
+const Q4_OFF_LO = vec4<f32>(8.0, 2048.0, 524288.0, 134217728.0);
+const Q4_OFF_HI = vec4<f32>(128.0, 32768.0, 8388608.0, 8.0);
+
+fn q4m_lo(u: u32) -> vec4<f32> {
+    return vec4<f32>(f32(bitcast<i32>(u & 0xfu)), f32(bitcast<i32>(u & 0xf00u)),
+                     f32(bitcast<i32>(u & 0xf0000u)), f32(bitcast<i32>(u & 0xf000000u)));
+}
+
+fn q4m_hi(u: u32) -> vec4<f32> {
+    return vec4<f32>(f32(bitcast<i32>(u & 0xf0u)), f32(bitcast<i32>(u & 0xf000u)),
+                     f32(bitcast<i32>(u & 0xf00000u)), f32(u >> 28u));
+}
 {#
   Template side of the layouts above, for the kernels that include this file:
   `bindings` declares w (and scales) at `first` (and first + 1) with `load_w8`
@@ -111,5 +132,18 @@ let q{{ j }} = w[{{ blk }}]; let d{{ j }} = scales[{{ blk }}];
 dq_q8({{ v }}.{{ l[2 * s % 4] }}, {{ v }}.{{ l[2 * s % 4 + 1] }})
 {%- else %}
 dq_q4(q{{ j }}.{{ l[2 * s % 4] }}, q{{ j }}.{{ l[2 * s % 4 + 1] }}, {{ 0 if s < 2 else 4 }}u, {{ "8.0" if format == "Q4_0" else "0.0" }})
+{%- endif %}
+{% endmacro %}
+{#
+  `dq_sub` for x pre-scaled by `x_scale(s)` (Q4_0 and Q4_1; see q4m_lo).
+#}
+{% macro x_scale(s) %}{{ "Q4_X_LO" if s < 2 else "Q4_X_HI" }}{% endmacro %}
+{% macro dq_sub_scaled(format, j, s) %}
+{% set l = ["x", "y", "z", "w"] %}
+{% set half = "lo" if s < 2 else "hi" %}
+{% if format == "Q4_0" %}
+F8(q4m_{{ half }}(q{{ j }}.{{ l[2 * s % 4] }}) - Q4_OFF_{{ half | upper }}, q4m_{{ half }}(q{{ j }}.{{ l[2 * s % 4 + 1] }}) - Q4_OFF_{{ half | upper }})
+{%- else %}
+F8(q4m_{{ half }}(q{{ j }}.{{ l[2 * s % 4] }}), q4m_{{ half }}(q{{ j }}.{{ l[2 * s % 4 + 1] }}))
 {%- endif %}
 {% endmacro %}

@@ -184,8 +184,20 @@ fn profile(
         }
         rows.push((name.clone(), n, secs, bytes, flops));
     }
-    rows.sort_by(|a, b| b.2.total_cmp(&a.2));
     let dispatches: usize = rows.iter().map(|r| r.1).sum();
+    // The step's copies (x rows into the gemm's texture on CPU adapters), timed alone too.
+    let (copies, copy_bytes, _) = step.copies();
+    if copies > 0 {
+        let mut t = Vec::new();
+        for rep in 0..=reps {
+            let s = timed(step.copies().2)?;
+            if rep > 0 {
+                t.push(s);
+            }
+        }
+        rows.push(("(copies)".to_string(), copies, median(t), copy_bytes as f64, 0.0));
+    }
+    rows.sort_by(|a, b| b.2.total_cmp(&a.2));
     println!(
         "\n### {title}: {:.2} ms a step, {dispatches} dispatches\n",
         step_s * 1e3

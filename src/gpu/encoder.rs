@@ -219,6 +219,21 @@ impl StepEncoder {
         groups
     }
 
+    /// The recorded copies alone (buffer to buffer, buffer to texture) as a
+    /// step of their own, with their count and bytes: the profiler's row for
+    /// what a step moves outside its kernels.
+    pub fn copies(&self) -> (usize, u64, StepEncoder) {
+        let mut step = StepEncoder::new(&self.ctx);
+        let mut bytes = 0;
+        for op in &self.ops {
+            if let Op::Copy { src, .. } | Op::CopyToTexture { src, .. } = op {
+                bytes += src.len();
+                step.ops.push(op.clone());
+            }
+        }
+        (step.ops.len(), bytes, step)
+    }
+
     /// (uniform parameters, bound resources, workgroups) of each dispatch.
     pub fn dispatches(&self) -> impl Iterator<Item = (&[u8], &[Bound], [u32; 3])> {
         self.ops.iter().filter_map(|op| match op {
