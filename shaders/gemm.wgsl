@@ -67,8 +67,8 @@ struct Params {
 {% import "weights.wgsl" as weights %}
 {% set lanes = ["a.x", "a.y", "a.z", "a.w", "b.x", "b.y", "b.z", "b.w"] %}
 {% set with_min = format == "Q4_1" or format == "Q8_16" %}
-{# Q4 from textures (CPU adapters): x pre-scaled, nibbles masked in place (weights.wgsl). #}
-{% set scaled = w_tex and (format == "Q4_0" or format == "Q4_1") %}
+{# Q4 and Q8_0 from textures (CPU adapters): x pre-scaled, nibbles and bytes masked in place (weights.wgsl). #}
+{% set scaled = w_tex and format in ["Q4_0", "Q4_1", "Q8_0"] %}
 {% if x_tex %}
 {# x copied into a texture (CPU adapters): r is the row, a texel holds 4 floats. #}
 @group(0) @binding(1) var x_tex: texture_2d<f32>;
@@ -219,7 +219,7 @@ let x{{ i }} = load_x8(r{{ i }}, 4u * b + {{ sub }}u);
 xs{{ i }} = xs{{ i }} + {% for l in lanes %}x{{ i }}.{{ l }}{{ " + " if not loop.last }}{% endfor %};
       {% endif %}
       {% if scaled %}
-let xq{{ i }} = F8(x{{ i }}.a * {{ weights.x_scale(sub) }}, x{{ i }}.b * {{ weights.x_scale(sub) }});
+let xq{{ i }} = F8(x{{ i }}.a * {{ weights.x_scale(format, sub) }}, x{{ i }}.b * {{ weights.x_scale(format, sub) }});
       {% endif %}
     {% endfor %}
     {% for j in range(tn) %}

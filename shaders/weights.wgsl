@@ -61,6 +61,15 @@ const Q4_X_HI = vec4<f32>(0.0625, 0.000244140625, 9.5367431640625e-07, 1.0);
 const Q4_OFF_LO = vec4<f32>(8.0, 2048.0, 524288.0, 134217728.0);
 const Q4_OFF_HI = vec4<f32>(128.0, 32768.0, 8388608.0, 8.0);
 
+// Q8_0 the same way: each byte moved to the top of the word, f32 of it =
+// b · 2^24 exactly, against x · 2^-24.
+const Q8_X = vec4<f32>(5.9604644775390625e-08);
+
+fn i8m(u: u32) -> vec4<f32> {
+    return vec4<f32>(f32(bitcast<i32>(u << 24u)), f32(bitcast<i32>((u << 16u) & 0xff000000u)),
+                     f32(bitcast<i32>((u << 8u) & 0xff000000u)), f32(bitcast<i32>(u & 0xff000000u)));
+}
+
 fn q4m_lo(u: u32) -> vec4<f32> {
     return vec4<f32>(f32(bitcast<i32>(u & 0xfu)), f32(bitcast<i32>(u & 0xf00u)),
                      f32(bitcast<i32>(u & 0xf0000u)), f32(bitcast<i32>(u & 0xf000000u)));
@@ -135,13 +144,16 @@ dq_q4(q{{ j }}.{{ l[2 * s % 4] }}, q{{ j }}.{{ l[2 * s % 4 + 1] }}, {{ 0 if s < 
 {%- endif %}
 {% endmacro %}
 {#
-  `dq_sub` for x pre-scaled by `x_scale(s)` (Q4_0 and Q4_1; see q4m_lo).
+  `dq_sub` for x pre-scaled by `x_scale(format, s)` (Q4_0, Q4_1, Q8_0; see q4m_lo, i8m).
 #}
-{% macro x_scale(s) %}{{ "Q4_X_LO" if s < 2 else "Q4_X_HI" }}{% endmacro %}
+{% macro x_scale(format, s) %}{{ "Q8_X" if format == "Q8_0" else "Q4_X_LO" if s < 2 else "Q4_X_HI" }}{% endmacro %}
 {% macro dq_sub_scaled(format, j, s) %}
 {% set l = ["x", "y", "z", "w"] %}
 {% set half = "lo" if s < 2 else "hi" %}
-{% if format == "Q4_0" %}
+{% if format == "Q8_0" %}
+{% set v = ("qa" if s < 2 else "qb") ~ j %}
+F8(i8m({{ v }}.{{ l[2 * s % 4] }}), i8m({{ v }}.{{ l[2 * s % 4 + 1] }}))
+{%- elif format == "Q4_0" %}
 F8(q4m_{{ half }}(q{{ j }}.{{ l[2 * s % 4] }}) - Q4_OFF_{{ half | upper }}, q4m_{{ half }}(q{{ j }}.{{ l[2 * s % 4 + 1] }}) - Q4_OFF_{{ half | upper }})
 {%- else %}
 F8(q4m_{{ half }}(q{{ j }}.{{ l[2 * s % 4] }}), q4m_{{ half }}(q{{ j }}.{{ l[2 * s % 4 + 1] }}))
