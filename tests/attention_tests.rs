@@ -271,15 +271,6 @@ fn paged_attention_over_kv_cache_textures_equals_buffers() {
             },
             70,
         ),
-        (
-            Case {
-                heads: 8,
-                kv_heads: 2,
-                hd: 128,
-                bs: 8,
-            },
-            3,
-        ),
     ]
     .into_iter()
     .enumerate()

@@ -212,11 +212,16 @@ fn profile(
         } else {
             "– | –".into()
         };
+        // Copies run as the driver's memcpy, not through a kernel: no roof applies.
+        let read = if name.starts_with('(') {
+            "–".to_string()
+        } else {
+            format!("{:.0} %", 100.0 * gbs / roofs.read_gbs)
+        };
         println!(
-            "| {name} | {n} | {:.3} | {:.0} % | {gbs:.2} | {:.0} % | {fl} |",
+            "| {name} | {n} | {:.3} | {:.0} % | {gbs:.2} | {read} | {fl} |",
             secs * 1e3,
             100.0 * secs / step_s,
-            100.0 * gbs / roofs.read_gbs
         );
     }
     Ok(())
