@@ -292,35 +292,7 @@ pub trait Backend: Send + 'static {
         slot_mapping: &Self::Buffer,
         t: u32,
     ) -> Result<(), Self::Error> {
-        let hd = kv.head_dim;
-        self.rope(
-            s,
-            qkv,
-            stride,
-            rope.positions,
-            rope.table,
-            rope.max_pos,
-            t,
-            q_heads + kv.kv_heads,
-            hd,
-            rope.pairing,
-        )?;
-        self.cache_write(
-            s,
-            Rows {
-                buf: qkv,
-                off: 0,
-                stride,
-            },
-            q_heads * hd,
-            (q_heads + kv.kv_heads) * hd,
-            kv.kv_heads * hd,
-            slot_mapping,
-            kv.k_cache,
-            kv.v_cache,
-            kv.kv_rows,
-            t,
-        )
+        rope_then_cache_write(self, s, qkv, stride, rope, kv, q_heads, slot_mapping, t)
     }
 
     /// out[t, i] = silu(gu[t, i]) · gu[t, inter + i].
@@ -377,4 +349,50 @@ pub trait Backend: Send + 'static {
 
     /// Greedy sampling under structured-output masks (see `MaskedArgmax`).
     fn masked_argmax(&self, s: &mut Self::Step, a: MaskedArgmax<'_, Self::Buffer>) -> Result<(), Self::Error>;
+}
+
+/// `rope` of the q and k heads of each `qkv` row, then `cache_write` of its K
+/// and V: `Backend::rope_cache_write` for a backend that does not fuse them
+/// (and for a wgpu cache held as textures).
+#[allow(clippy::too_many_arguments)]
+pub fn rope_then_cache_write<B: Backend + ?Sized>(
+    b: &B,
+    s: &mut B::Step,
+    qkv: &B::Buffer,
+    stride: u32,
+    rope: RopeArgs<B::Buffer>,
+    kv: PagedKv<B::Buffer>,
+    q_heads: u32,
+    slot_mapping: &B::Buffer,
+    t: u32,
+) -> Result<(), B::Error> {
+    let hd = kv.head_dim;
+    b.rope(
+        s,
+        qkv,
+        stride,
+        rope.positions,
+        rope.table,
+        rope.max_pos,
+        t,
+        q_heads + kv.kv_heads,
+        hd,
+        rope.pairing,
+    )?;
+    b.cache_write(
+        s,
+        Rows {
+            buf: qkv,
+            off: 0,
+            stride,
+        },
+        q_heads * hd,
+        (q_heads + kv.kv_heads) * hd,
+        kv.kv_heads * hd,
+        slot_mapping,
+        kv.k_cache,
+        kv.v_cache,
+        kv.kv_rows,
+        t,
+    )
 }

@@ -31,6 +31,8 @@ pub type Rows<'a> = crate::backend::Rows<'a, wgpu::Buffer>;
 /// The paged KV cache in wgpu buffers.
 pub type PagedKv<'a> = crate::backend::PagedKv<'a, wgpu::Buffer>;
 /// What a gemm does with its output tile (see gemm.wgsl).
+// (One per gemm call, passed by reference: the Rope variant's size costs nothing.)
+#[allow(clippy::large_enum_variant)]
 enum Epilogue<'a> {
     Plain,
     SiluMul,
@@ -39,6 +41,8 @@ enum Epilogue<'a> {
         kv: PagedKv<'a>,
         q_w: u32,
         slot_mapping: &'a wgpu::Buffer,
+        /// The K and V textures where the cache is held as textures (`kv_tex`).
+        kv_tex: Option<[Bound; 2]>,
     },
 }
 
@@ -375,7 +379,8 @@ impl Kernels {
                 w.n, kv.kv_heads, kv.head_dim
             )));
         }
-        if self.kv_textures(kv.k_cache, kv.v_cache, kv.kv_rows)?.is_some() {
+        let kv_tex = self.kv_textures(kv.k_cache, kv.v_cache, kv.kv_rows)?;
+        if kv_tex.is_some() {
             // Caches as textures: the epilogue writes whole texels, groups of
             // 8 W rows; where the tile or windows do not allow it, the gemm
             // and rope_cache_write run one after the other.
@@ -407,6 +412,7 @@ impl Kernels {
             kv,
             q_w,
             slot_mapping,
+            kv_tex,
         };
         self.gemm_epilogue(enc, w, x, qkv, t, tm, &ep)
     }
@@ -460,11 +466,7 @@ impl Kernels {
             }
             None => Bound::Buf(BufSlice::whole(x.buf)),
         };
-        let kv_tex = match ep {
-            Epilogue::Rope { kv, .. } => self.kv_textures(kv.k_cache, kv.v_cache, kv.kv_rows)?,
-            _ => None,
-        };
-        v.kv_tex = kv_tex.is_some();
+        v.kv_tex = matches!(ep, Epilogue::Rope { kv_tex: Some(_), .. });
         let kernel = self.gemm_kernel(v)?;
         let windows: Vec<(u32, u32, Vec<Bound>)> = if v.w_tex {
             let tex = w.tex.iter();
@@ -508,12 +510,13 @@ impl Kernels {
                 kv,
                 q_w,
                 slot_mapping,
+                kv_tex,
             } = ep
             {
                 let kv_w = kv.kv_heads * kv.head_dim;
                 (p.y_off, p.col0, p.q_w, p.kv_w) = (y.off, row0, *q_w, kv_w);
                 (p.hd, p.pairing, p.max_pos) = (kv.head_dim, rope.pairing as u32, rope.max_pos);
-                let [k_cache, v_cache] = match &kv_tex {
+                let [k_cache, v_cache] = match kv_tex {
                     Some(tex) => tex.clone(),
                     None => ops::kv_caches(kv).map(Bound::Buf),
                 };

@@ -204,27 +204,7 @@ impl Backend for Kernels {
         let (hd, hk) = (kv.head_dim, kv.kv_heads);
         if self.kv_textures(kv.k_cache, kv.v_cache, kv.kv_rows)?.is_some() {
             // Caches as textures: rope in place, then the texel copy.
-            let (pos, table) = (rope.positions, rope.table);
-            self.rope(
-                enc,
-                qkv,
-                stride,
-                pos,
-                table,
-                rope.max_pos,
-                t,
-                q_heads + hk,
-                hd,
-                rope.pairing,
-            )?;
-            let rows = Rows {
-                buf: qkv,
-                off: 0,
-                stride,
-            };
-            let (k_off, v_off) = (q_heads * hd, (q_heads + hk) * hd);
-            let (kc, vc) = (kv.k_cache, kv.v_cache);
-            return self.cache_write(enc, rows, k_off, v_off, hk * hd, slot_mapping, kc, vc, kv.kv_rows, t);
+            return crate::backend::rope_then_cache_write(self, enc, qkv, stride, rope, kv, q_heads, slot_mapping, t);
         }
         let p = [t, q_heads, hk, hd, stride, rope.pairing as u32, rope.max_pos, 0];
         let [k_cache, v_cache] = kv_caches(&kv);
