@@ -21,6 +21,15 @@
 // written a texel at a time: TN, W's row count and each window's first row are
 // multiples of 8 there.
 //
+// Prologue `norm` (CPU adapters, x a texture; the rms_norm before the qkv and
+// gate/up gemms): each x row is normalised as it is read, x̂ = x · g · inv with
+// inv = 1 / sqrt(mean(x²) + eps) and g the norm weight (a one-row texture,
+// the last binding): the loop multiplies x by g as it loads it (the min
+// term's Σ x·g an fma chain in lane order; pre-scaled x as x · (g · 2^-k))
+// and sums x² from the same loads, and inv scales each accumulator after it. Σx² of a
+// row: the eight lanes of its F8 chunks summed in increasing k, then
+// ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)): the same for every tile. Epilogue `residual` (the o and down gemms): y += Y.
+//
 // Bindings:
 //   0 p:      Params (uniform)
 //   1 x:      (T, x_stride) f32, row t at x_off + t*x_stride; vec4<f32> when K % 8 == 0;
@@ -59,7 +68,7 @@ struct Params {
     hd: u32,       // rope epilogue: head_dim, pairing (0 rotate-half, 1 adjacent), table rows
     pairing: u32,
     max_pos: u32,
-    _p0: u32,
+    eps: f32,      // norm prologue: the rms_norm's epsilon
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -176,6 +185,24 @@ fn store_pair(t: u32, c: u32, a: f32, b: f32) {
 }
 {% endif %}
 {% endif %}
+{% if norm %}
+@group(0) @binding({{ (4 if quantized else 3) + (6 if rope else 1) }}) var g_tex: texture_2d<f32>;
+fn load_g8(c: u32) -> F8 {
+return F8(textureLoad(g_tex, vec2<u32>(2u * c, 0u), 0), textureLoad(g_tex, vec2<u32>(2u * c + 1u, 0u), 0)); }
+fn mul8(x: F8, g: F8) -> F8 { return F8(x.a * g.a, x.b * g.b); }
+// Σ x·g over the eight lanes, an fma chain in lane order.
+fn dot8(x: F8, g: F8) -> f32 {
+    var s = x.a.x * g.a.x;
+    s = fma(x.a.y, g.a.y, s); s = fma(x.a.z, g.a.z, s); s = fma(x.a.w, g.a.w, s);
+    s = fma(x.b.x, g.b.x, s); s = fma(x.b.y, g.b.y, s); s = fma(x.b.z, g.b.z, s);
+    return fma(x.b.w, g.b.w, s);
+}
+// 1 / sqrt(mean(x²) + eps) of a row from its lane sums of squares (the order in the header).
+fn row_inv(sa: vec4<f32>, sb: vec4<f32>) -> f32 {
+    let s = sa + sb;
+    return 1.0 / sqrt(((s.x + s.z) + (s.y + s.w)) / f32(p.k) + p.eps);
+}
+{% endif %}
 @compute @workgroup_size({{ wg }})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 let n0 = gid.x * {{ tn }}u; let t0 = gid.y * {{ tm }}u;
@@ -187,6 +214,12 @@ let r{{ i }} = min(t0 + {{ i }}u, p.t - 1u);
 let r{{ i }} = p.x_off + min(t0 + {{ i }}u, p.t - 1u) * p.x_stride;
   {% endif %}
 {% endfor %}
+{% if norm %}
+  {% for i in range(tm) %}
+var ssa{{ i }} = vec4<f32>(0.0);
+var ssb{{ i }} = vec4<f32>(0.0);
+  {% endfor %}
+{% endif %}
 {% for j in range(tn) %}
 let c{{ j }} = min(n0 + {{ j }}u, p.n - 1u);
   {% for i in range(tm) %}
@@ -213,13 +246,33 @@ var xs{{ i }} = 0.0;
   {% endif %}
   {% for sub in range(4) %}
 {
-    {% for i in range(tm) %}
-let x{{ i }} = load_x8(r{{ i }}, 4u * b + {{ sub }}u);
-      {% if with_min %}
-xs{{ i }} = xs{{ i }} + {% for l in lanes %}x{{ i }}.{{ l }}{{ " + " if not loop.last }}{% endfor %};
-      {% endif %}
+    {% if norm %}
+let g = load_g8(4u * b + {{ sub }}u);
       {% if scaled %}
+let gq = F8(g.a * {{ weights.x_scale(format, sub) }}, g.b * {{ weights.x_scale(format, sub) }});
+      {% endif %}
+    {% endif %}
+    {% for i in range(tm) %}
+      {% if norm %}
+{# Normalised x: x·g (Σ of it for the min term: dot8), pre-scaled as x·(g·2^-k). #}
+let xr{{ i }} = load_x8(r{{ i }}, 4u * b + {{ sub }}u);
+ssa{{ i }} = fma(xr{{ i }}.a, xr{{ i }}.a, ssa{{ i }}); ssb{{ i }} = fma(xr{{ i }}.b, xr{{ i }}.b, ssb{{ i }});
+        {% if with_min %}
+xs{{ i }} = xs{{ i }} + dot8(xr{{ i }}, g);
+        {% endif %}
+        {% if scaled %}
+let xq{{ i }} = mul8(xr{{ i }}, gq);
+        {% else %}
+let x{{ i }} = mul8(xr{{ i }}, g);
+        {% endif %}
+      {% else %}
+let x{{ i }} = load_x8(r{{ i }}, 4u * b + {{ sub }}u);
+        {% if with_min %}
+xs{{ i }} = xs{{ i }} + {% for l in lanes %}x{{ i }}.{{ l }}{{ " + " if not loop.last }}{% endfor %};
+        {% endif %}
+        {% if scaled %}
 let xq{{ i }} = F8(x{{ i }}.a * {{ weights.x_scale(format, sub) }}, x{{ i }}.b * {{ weights.x_scale(format, sub) }});
+        {% endif %}
       {% endif %}
     {% endfor %}
     {% for j in range(tn) %}
@@ -258,8 +311,17 @@ a{{ i }}_{{ j }} = fma(d{{ j }}, s{{ i }}_{{ j }}, a{{ i }}_{{ j }});
 {% else %}
 {# Floats: acc = fma(x_k, w_k, acc) for k in increasing order, 8 at a time. #}
 for (var c = 0u; c < p.chunks; c = c + 1u) {
+  {% if norm %}
+let g = load_g8(c);
+  {% endif %}
   {% for i in range(tm) %}
+    {% if norm %}
+let xr{{ i }} = load_x8(r{{ i }}, c);
+ssa{{ i }} = fma(xr{{ i }}.a, xr{{ i }}.a, ssa{{ i }}); ssb{{ i }} = fma(xr{{ i }}.b, xr{{ i }}.b, ssb{{ i }});
+let x{{ i }} = mul8(xr{{ i }}, g);
+    {% else %}
 let x{{ i }} = load_x8(r{{ i }}, c);
+    {% endif %}
   {% endfor %}
   {% for j in range(tn) %}
 let w{{ j }} = {{ "load_w8t(c" ~ j ~ ", c)" if w_tex else "load_w8(c" ~ j ~ " * p.w_row, c)" }};
@@ -270,6 +332,14 @@ a{{ i }}_{{ j }} = fma(x{{ i }}.{{ l }}, w{{ j }}.{{ l }}, a{{ i }}_{{ j }});
     {% endfor %}
   {% endfor %}
 }
+{% endif %}
+{% if norm %}
+  {% for i in range(tm) %}
+let inv{{ i }} = row_inv(ssa{{ i }}, ssb{{ i }});
+    {% for j in range(tn) %}
+a{{ i }}_{{ j }} = a{{ i }}_{{ j }} * inv{{ i }};
+    {% endfor %}
+  {% endfor %}
 {% endif %}
 {% for i in range(tm) %}
   {% if rope and kv_tex %}
@@ -293,7 +363,7 @@ if (n0 + {{ j }}u < p.n) { let g = a{{ i }}_{{ j }}; y[o{{ i }} + {{ j // 2 }}u]
   {% else %}
 if (t0 + {{ i }}u < p.t) { let o{{ i }} = p.y_off + (t0 + {{ i }}u) * p.y_stride + n0;
     {% for j in range(tn) %}
-if (n0 + {{ j }}u < p.n) { y[o{{ i }} + {{ j }}u] = a{{ i }}_{{ j }}; }
+if (n0 + {{ j }}u < p.n) { y[o{{ i }} + {{ j }}u] = {{ "y[o" ~ i ~ " + " ~ j ~ "u] + " if residual }}a{{ i }}_{{ j }}; }
     {% endfor %}
 }
   {% endif %}

@@ -85,8 +85,16 @@ fn check_gate_up(ks: &wllm::backend::wgsl::Kernels, formats: &[WeightFormat]) {
             let tiles = tiles_to_check(ks.row_tiles(&il), format);
             let fused: Vec<wgpu::Buffer> = tiles.iter().map(|_| zeros(t * inter)).collect();
             for (tm, out) in tiles.iter().zip(&fused) {
-                ks.gemm_silu_mul_with(&mut enc, &il, Rows::new(&xb, k), Rows::new(out, inter), t as u32, *tm)
-                    .unwrap();
+                ks.gemm_silu_mul_with(
+                    &mut enc,
+                    &il,
+                    Rows::new(&xb, k),
+                    Rows::new(out, inter),
+                    t as u32,
+                    *tm,
+                    None,
+                )
+                .unwrap();
             }
             let mut reads = vec![(&unfused, t * inter)];
             reads.extend(fused.iter().map(|b| (b, t * inter)));
@@ -116,13 +124,20 @@ fn gemm_silu_mul_row_alone_equals_row_in_a_batch() {
     let x = rand_vec(&mut r, t * k);
     let (xb, batch) = (upload(&x), zeros(t * inter));
     let mut enc = encoder();
-    ks.gemm_silu_mul(&mut enc, &il, Rows::new(&xb, k), Rows::new(&batch, inter), t as u32)
-        .unwrap();
+    ks.gemm_silu_mul(
+        &mut enc,
+        &il,
+        Rows::new(&xb, k),
+        None,
+        Rows::new(&batch, inter),
+        t as u32,
+    )
+    .unwrap();
     let batch: Vec<f32> = run_read(enc, &[(&batch, t * inter)]).remove(0);
     for row in [0usize, 17, 39] {
         let (x1, y1) = (upload(&x[row * k..(row + 1) * k]), zeros(inter));
         let mut enc = encoder();
-        ks.gemm_silu_mul(&mut enc, &il, Rows::new(&x1, k), Rows::new(&y1, inter), 1)
+        ks.gemm_silu_mul(&mut enc, &il, Rows::new(&x1, k), None, Rows::new(&y1, inter), 1)
             .unwrap();
         let one: Vec<f32> = run_read(enc, &[(&y1, inter)]).remove(0);
         assert_eq!(bits(&one), bits(&batch[row * inter..(row + 1) * inter]), "row {row}");
@@ -308,7 +323,7 @@ fn gemm_rope_kv_equals_gemm_then_rope_cache_write() {
                 let (xr, yr) = (Rows::new(&xb, k), Rows::new(&qkv, width));
                 match tm {
                     Some(tm) => ks
-                        .gemm_rope_kv_with(&mut enc, &fused_w, xr, yr, rope, kv, hq, &sb, t as u32, tm)
+                        .gemm_rope_kv_with(&mut enc, &fused_w, xr, yr, rope, kv, hq, &sb, t as u32, tm, None)
                         .unwrap(),
                     None => {
                         ks.gemm(&mut enc, &plain, xr, yr, t as u32).unwrap();

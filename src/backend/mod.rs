@@ -89,6 +89,22 @@ impl<B> Clone for PagedKv<'_, B> {
 }
 impl<B> Copy for PagedKv<'_, B> {}
 
+/// The rms_norm a gemm applies to its x rows as it reads them, where the
+/// backend fuses it (`Backend::fuses_norm`): x̂ = x / sqrt(mean(x²) + eps) · w,
+/// `w` the norm weight (K floats).
+#[derive(Debug)]
+pub struct NormArgs<'a, B> {
+    pub w: &'a B,
+    pub eps: f32,
+}
+
+impl<B> Clone for NormArgs<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B> Copy for NormArgs<'_, B> {}
+
 /// How rotary pairs are formed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RopePairing {
@@ -232,6 +248,27 @@ pub trait Backend: Send + 'static {
         pairing: RopePairing,
     ) -> Result<(), Self::Error>;
 
+    /// Whether the gemms take the layer's rms_norms and residual adds (for
+    /// rows of `d` floats): `gemm_silu_mul` and `gemm_rope_kv` normalise their
+    /// x rows (`NormArgs`) and `gemm_residual` adds into the residual stream,
+    /// so a layer runs without `rms_norm`. When false the model runs
+    /// `rms_norm` (with its residual add) before those gemms.
+    fn fuses_norm(&self, _d: u32) -> bool {
+        false
+    }
+
+    /// y[t, :N] += X[t, :K] · Wᵀ for `t` rows: `gemm` with the residual add
+    /// (each element reduced exactly as `gemm` reduces it, then added to y's).
+    /// Only called where `fuses_norm` is true.
+    fn gemm_residual(
+        &self,
+        s: &mut Self::Step,
+        w: &Self::Weight,
+        x: Rows<Self::Buffer>,
+        y: Rows<Self::Buffer>,
+        t: u32,
+    ) -> Result<(), Self::Error>;
+
     /// Whether `gemm_silu_mul` runs (as one kernel); when false the model runs
     /// gate and up as one stacked `gemm` and then `silu_mul`.
     fn fuses_gate_up(&self) -> bool {
@@ -242,12 +279,13 @@ pub trait Backend: Send + 'static {
     /// and W interleaves gate and up rows (gate i at row 2i, up i at 2i + 1;
     /// `quant::Repacked::interleave_rows`): the MLP's gate, up and silu·mul in
     /// one op. Each Y element is reduced exactly as `gemm` reduces it. Only
-    /// called where `fuses_gate_up` is true.
+    /// called where `fuses_gate_up` is true; `norm` only where `fuses_norm`.
     fn gemm_silu_mul(
         &self,
         s: &mut Self::Step,
         w: &Self::Weight,
         x: Rows<Self::Buffer>,
+        norm: Option<NormArgs<Self::Buffer>>,
         out: Rows<Self::Buffer>,
         t: u32,
     ) -> Result<(), Self::Error>;
@@ -263,12 +301,13 @@ pub trait Backend: Send + 'static {
     /// its q and k rows ordered so each rotated pair is two adjacent rows
     /// (`layer_weights::pair_rope_rows`). Each qkv element is reduced exactly
     /// as `gemm` reduces it and rotated exactly as `rope` rotates it. Only
-    /// called where `fuses_qkv_rope` is true.
+    /// called where `fuses_qkv_rope` is true; `norm` only where `fuses_norm`.
     fn gemm_rope_kv(
         &self,
         s: &mut Self::Step,
         w: &Self::Weight,
         x: Rows<Self::Buffer>,
+        norm: Option<NormArgs<Self::Buffer>>,
         qkv: Rows<Self::Buffer>,
         rope: RopeArgs<Self::Buffer>,
         kv: PagedKv<Self::Buffer>,

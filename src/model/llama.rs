@@ -3,13 +3,15 @@
 //! embed → per layer: rms_norm(+residual) → qkv gemm with rope and the cache
 //! write → paged_attention → o gemm → rms_norm(+residual) → gate·up gemm with silu·mul →
 //! down gemm → final rms_norm(+residual) on the sampled rows only → lm_head → argmax.
-//! Seven launches a layer on a backend that fuses them (wgpu); the fused
-//! weights are in `layer_weights`.
+//! Seven launches a layer on a backend that fuses them (wgpu); five where it
+//! also fuses the norms (`Backend::fuses_norm`, CPU adapters): the qkv and
+//! gate·up gemms normalise their x rows and the o and down gemms add into the
+//! residual stream. The fused weights are in `layer_weights`.
 
 use super::layer_weights::{GateUpWeights, QkvWeights, load_gate_up, load_qkv, load_repacked};
 use super::rope::rope_table_scaled;
 use super::{ModelConfig, ModelError, ModelFiles, RawTensor, backend_err};
-use crate::backend::{Backend, PagedKv, RopeArgs, Rows, WeightInfo};
+use crate::backend::{Backend, NormArgs, PagedKv, RopeArgs, Rows, WeightInfo};
 use crate::quant;
 
 /// One decoder layer's weights.
@@ -26,6 +28,11 @@ pub struct Layer<B: Backend> {
 }
 
 impl<B: Backend> Layer<B> {
+    /// Whether the layer's gemms can take its norms (the fused qkv and gate·up weights).
+    fn fuses_norm(&self) -> bool {
+        matches!(self.qkv, QkvWeights::RopeFused(_)) && matches!(self.gate_up, GateUpWeights::Interleaved(_))
+    }
+
     /// Every matrix of the layer.
     pub fn matrices(&self) -> Vec<&B::Weight> {
         let mut v = self.qkv.weights();
@@ -257,22 +264,29 @@ impl<B: Backend> LlamaModel<B> {
         let (hidden, inter, qkv_w) = (c.hidden as u32, c.intermediate as u32, c.qkv_width() as u32);
         let eps = c.rms_eps;
         ks.embed(enc, &self.embed, f.input_ids, t, &b.h)?;
+        // With the norms fused, h is the residual stream throughout: the qkv
+        // and gate·up gemms normalise it as they read it, o and down add to it.
+        let fused = ks.fuses_norm(hidden) && self.layers.iter().all(Layer::fuses_norm);
+        let norm = |w| fused.then_some(NormArgs { w, eps });
+        let (x, mlp_out) = if fused { (&b.h, &b.h) } else { (&b.x, &b.delta) };
+        let x = Rows::new(x, c.hidden);
         for (l, layer) in self.layers.iter().enumerate() {
             // Layer 0 normalises the embeddings; later layers first add the last
             // MLP output (in delta) to the residual stream h.
             let (input, residual) = if l == 0 { (&b.h, None) } else { (&b.delta, Some(&b.h)) };
-            ks.rms_norm(
-                enc,
-                Rows::new(input, c.hidden),
-                &layer.attn_norm,
-                residual,
-                None,
-                eps,
-                t,
-                hidden,
-                &b.x,
-            )?;
-            let x = Rows::new(&b.x, c.hidden);
+            if !fused {
+                ks.rms_norm(
+                    enc,
+                    Rows::new(input, c.hidden),
+                    &layer.attn_norm,
+                    residual,
+                    None,
+                    eps,
+                    t,
+                    hidden,
+                    &b.x,
+                )?;
+            }
             let qkv_at = |off: u32| Rows {
                 buf: &b.qkv,
                 off,
@@ -296,9 +310,10 @@ impl<B: Backend> LlamaModel<B> {
                 max_pos: c.max_context as u32,
                 pairing: c.rope_pairing,
             };
+            let attn_norm = norm(&layer.attn_norm);
             match &layer.qkv {
                 QkvWeights::RopeFused(w) => {
-                    ks.gemm_rope_kv(enc, w, x, qkv_at(0), rope, paged, hq, f.slot_mapping, t)?
+                    ks.gemm_rope_kv(enc, w, x, attn_norm, qkv_at(0), rope, paged, hq, f.slot_mapping, t)?
                 }
                 QkvWeights::Stacked(w) => {
                     ks.gemm(enc, w, x, qkv_at(0), t)?;
@@ -312,24 +327,14 @@ impl<B: Backend> LlamaModel<B> {
                 }
             }
             ks.paged_attention(enc, &b.qkv, qkv_w, paged, hq, t, &b.attn)?;
-            ks.gemm(
-                enc,
-                &layer.o,
-                Rows::new(&b.attn, (hq * hd) as usize),
-                Rows::new(&b.delta, c.hidden),
-                t,
-            )?;
-            ks.rms_norm(
-                enc,
-                Rows::new(&b.delta, c.hidden),
-                &layer.ffn_norm,
-                Some(&b.h),
-                None,
-                eps,
-                t,
-                hidden,
-                &b.x,
-            )?;
+            let attn = Rows::new(&b.attn, (hq * hd) as usize);
+            if fused {
+                ks.gemm_residual(enc, &layer.o, attn, Rows::new(&b.h, c.hidden), t)?;
+            } else {
+                ks.gemm(enc, &layer.o, attn, Rows::new(&b.delta, c.hidden), t)?;
+                let delta = Rows::new(&b.delta, c.hidden);
+                ks.rms_norm(enc, delta, &layer.ffn_norm, Some(&b.h), None, eps, t, hidden, &b.x)?;
+            }
             let gu_at = |off: u32| Rows {
                 buf: &b.gu,
                 off,
@@ -337,7 +342,8 @@ impl<B: Backend> LlamaModel<B> {
             };
             match &layer.gate_up {
                 GateUpWeights::Interleaved(w) => {
-                    ks.gemm_silu_mul(enc, w, x, Rows::new(&b.act, c.intermediate), t)?;
+                    let act = Rows::new(&b.act, c.intermediate);
+                    ks.gemm_silu_mul(enc, w, x, norm(&layer.ffn_norm), act, t)?;
                 }
                 GateUpWeights::Stacked(w) => {
                     ks.gemm(enc, w, x, gu_at(0), t)?;
@@ -349,19 +355,20 @@ impl<B: Backend> LlamaModel<B> {
                     ks.silu_mul(enc, &b.gu, &b.act, t, inter)?;
                 }
             }
-            ks.gemm(
-                enc,
-                &layer.down,
-                Rows::new(&b.act, c.intermediate),
-                Rows::new(&b.delta, c.hidden),
-                t,
-            )?;
+            let (act, out) = (Rows::new(&b.act, c.intermediate), Rows::new(mlp_out, c.hidden));
+            if fused {
+                ks.gemm_residual(enc, &layer.down, act, out, t)?;
+            } else {
+                ks.gemm(enc, &layer.down, act, out, t)?;
+            }
         }
+        // The last MLP output is in h already where the norms are fused, else in delta.
+        let (last, residual) = if fused { (&b.h, None) } else { (&b.delta, Some(&b.h)) };
         ks.rms_norm(
             enc,
-            Rows::new(&b.delta, c.hidden),
+            Rows::new(last, c.hidden),
             &self.final_norm,
-            Some(&b.h),
+            residual,
             Some(f.logits_rows),
             eps,
             n_rows,

@@ -5,7 +5,7 @@ use super::CudaError;
 use super::exec::Arg::{self, F32, Ptr, U32};
 use super::program::format_suffix;
 use super::{CudaBackend, CudaBuffer, CudaStep, CudaWeight};
-use crate::backend::{Backend, MaskedArgmax, PagedKv, RopeArgs, RopePairing, Rows};
+use crate::backend::{Backend, MaskedArgmax, NormArgs, PagedKv, RopeArgs, RopePairing, Rows};
 use crate::quant::Repacked;
 
 /// Grid dimensions y and z are limited to 65535 blocks.
@@ -127,11 +127,26 @@ impl Backend for CudaBackend {
         self.gemm_rows(w, x, y, t)
     }
 
+    fn gemm_residual(
+        &self,
+        _s: &mut CudaStep,
+        _w: &CudaWeight,
+        _x: Rows<CudaBuffer>,
+        _y: Rows<CudaBuffer>,
+        _t: u32,
+    ) -> Result<(), CudaError> {
+        // fuses_norm is false here: the model runs rms_norm with its residual add.
+        Err(CudaError::Limit(
+            "gemm_residual is not fused on the cuda backend (the model adds the residual in rms_norm)".into(),
+        ))
+    }
+
     fn gemm_silu_mul(
         &self,
         _s: &mut CudaStep,
         _w: &CudaWeight,
         _x: Rows<CudaBuffer>,
+        _norm: Option<NormArgs<CudaBuffer>>,
         _out: Rows<CudaBuffer>,
         _t: u32,
     ) -> Result<(), CudaError> {
@@ -146,6 +161,7 @@ impl Backend for CudaBackend {
         _s: &mut CudaStep,
         _w: &CudaWeight,
         _x: Rows<CudaBuffer>,
+        _norm: Option<NormArgs<CudaBuffer>>,
         _qkv: Rows<CudaBuffer>,
         _rope: RopeArgs<CudaBuffer>,
         _kv: PagedKv<CudaBuffer>,

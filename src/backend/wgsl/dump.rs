@@ -50,6 +50,10 @@ impl Kernels {
                     v.x_tex = self.cpu_shapes && x_vec;
                     // CPU adapters hold the KV cache as textures (kv_tex.rs).
                     v.kv_tex = rope && self.cpu_shapes && v.tn.is_multiple_of(8);
+                    // CPU adapters fuse the layer's norms: the qkv and gate·up
+                    // gemms normalise x, the others add into the residual stream.
+                    v.norm = v.x_tex && (silu || rope);
+                    v.residual = v.x_tex && !(silu || rope);
                     let layout = if x_vec { "xvec4" } else { "xscalar" };
                     let epilogue = match (silu, rope) {
                         (true, _) => "_silu",
@@ -61,9 +65,14 @@ impl Kernels {
                         (true, false) => "_tex",
                         _ => "",
                     };
+                    let fused = match (v.norm, v.residual) {
+                        (true, _) => "_norm",
+                        (false, true) => "_res",
+                        _ => "",
+                    };
                     out.push(RenderedKernel {
                         file: format!(
-                            "gemm_{format:?}_{}x{}_wg{}_{layout}{epilogue}{tex}.wgsl",
+                            "gemm_{format:?}_{}x{}_wg{}_{layout}{epilogue}{tex}{fused}.wgsl",
                             v.tm, v.tn, v.wg
                         ),
                         source: gemm::source(v)?,
@@ -159,6 +168,8 @@ mod tests {
                         x_tex,
                         rope,
                         kv_tex: false,
+                        norm: false,
+                        residual: false,
                     };
                     let src = gemm::source(v).unwrap();
                     let last = format!("a{}_{} = ", tm - 1, tn - 1);
@@ -171,6 +182,20 @@ mod tests {
                         let v = GemmVariant { kv_tex: true, ..v };
                         let src = gemm::source(v).unwrap();
                         assert!(src.contains("store_group(t0") && !src.contains("store_pair("), "{v:?}");
+                        validate(&format!("{v:?}"), &src);
+                    }
+                    if x_tex && (tm == 1 || tm == 16) {
+                        // CPU adapters' layers: the norm prologue (qkv, gate·up) or the residual epilogue (o, down).
+                        let norm = silu || rope;
+                        let v = GemmVariant {
+                            norm,
+                            residual: !norm,
+                            kv_tex: rope && tn % 8 == 0,
+                            ..v
+                        };
+                        let src = gemm::source(v).unwrap();
+                        assert_eq!(src.contains("row_inv(ssa0"), norm, "{v:?}");
+                        assert_eq!(src.contains("= y[o0 + 0u] + a0_0"), !norm, "{v:?}");
                         validate(&format!("{v:?}"), &src);
                     }
                 }

@@ -29,6 +29,10 @@ pub struct GemmVariant {
     pub rope: bool,
     /// The rope epilogue writes the cache as textures (`kv_tex`; TN a multiple of 8).
     pub kv_tex: bool,
+    /// The rms_norm prologue: x rows normalised as they are read (x a texture).
+    pub norm: bool,
+    /// The residual epilogue: y += the tile.
+    pub residual: bool,
 }
 
 /// The uniform parameters, laid out as `Params` in gemm.wgsl.
@@ -51,7 +55,8 @@ pub struct GemmParams {
     pub hd: u32,
     pub pairing: u32,
     pub max_pos: u32,
-    pub pad: u32,
+    /// Norm prologue only: the rms_norm's epsilon.
+    pub eps: f32,
 }
 
 /// `w` array elements (vec4) per weight row.
@@ -81,6 +86,8 @@ pub fn source(v: GemmVariant) -> Result<String, GpuError> {
             x_tex => v.x_tex,
             rope => v.rope,
             kv_tex => v.kv_tex,
+            norm => v.norm,
+            residual => v.residual,
             slots_per_layer => super::kv_tex::SLOTS_PER_LAYER,
         },
     )

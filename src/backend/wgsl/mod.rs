@@ -8,6 +8,8 @@ pub mod attention;
 mod dump;
 pub mod embed;
 pub mod gemm;
+mod gemm_ops;
+mod gemm_tex;
 mod kv_tex;
 mod ops;
 pub mod roofs;
@@ -30,25 +32,8 @@ pub use crate::backend::{RopeArgs, RopePairing};
 pub type Rows<'a> = crate::backend::Rows<'a, wgpu::Buffer>;
 /// The paged KV cache in wgpu buffers.
 pub type PagedKv<'a> = crate::backend::PagedKv<'a, wgpu::Buffer>;
-/// What a gemm does with its output tile (see gemm.wgsl).
-// (One per gemm call, passed by reference: the Rope variant's size costs nothing.)
-#[allow(clippy::large_enum_variant)]
-enum Epilogue<'a> {
-    Plain,
-    SiluMul,
-    Rope {
-        rope: RopeArgs<'a, wgpu::Buffer>,
-        kv: PagedKv<'a>,
-        q_w: u32,
-        slot_mapping: &'a wgpu::Buffer,
-        /// The K and V textures where the cache is held as textures (`kv_tex`).
-        kv_tex: Option<[Bound; 2]>,
-    },
-}
 
-use crate::gpu::{
-    BindCache, Binding, Bound, BufSlice, GpuContext, GpuError, Kernel, PipelineStats, PipelineStore, StepEncoder,
-};
+use crate::gpu::{BindCache, Binding, Bound, BufSlice, GpuContext, GpuError, Kernel, PipelineStats, PipelineStore};
 use crate::quant::WeightFormat;
 
 pub use crate::config::GemmTiles;
@@ -89,6 +74,8 @@ pub struct Kernels {
     /// Textures gemm copies x rows into on CPU adapters, one per (buffer, row stride).
     /// (Their views are kept too: a step's bind groups are reused only for the same view.)
     x_tex: Mutex<HashMap<(wgpu::Buffer, u32), (wgpu::Texture, wgpu::TextureView)>>,
+    /// rms_norm weights as one-row textures, by (buffer, length), for the gemms' norm prologue.
+    norm_tex: Mutex<HashMap<(wgpu::Buffer, u32), wgpu::TextureView>>,
     embed: Mutex<HashMap<WeightFormat, Arc<Kernel>>>,
     /// The KV caches held as textures (CPU adapters), by the placeholder buffer
     /// `Backend::kv_cache` returned for each (kv_tex.rs).
@@ -149,6 +136,7 @@ impl Kernels {
             attention: Mutex::default(),
             gemm: Mutex::default(),
             x_tex: Mutex::default(),
+            norm_tex: Mutex::default(),
             embed: Mutex::default(),
             kv_tex: Mutex::default(),
             dummy: dummy(),
@@ -190,140 +178,6 @@ impl Kernels {
         })
     }
 
-    /// The row tiles (TM) the gemm of `w` uses: 1 for decodes, 4 / 8 / 16 for
-    /// small batches (each weight load serves every row of the tile), and the
-    /// prefill tile. Every tile gives the same bits (see gemm.wgsl).
-    pub fn row_tiles(&self, w: &GpuWeight) -> Vec<u32> {
-        self.row_tiles_of(w.format)
-    }
-
-    /// The row tiles of a weight format (see `row_tiles`).
-    pub fn row_tiles_of(&self, format: WeightFormat) -> Vec<u32> {
-        let max = if format.is_quantized() {
-            self.tiles.quant_prefill_tm
-        } else {
-            self.tiles.prefill_tm
-        };
-        let mut v: Vec<u32> = [1, 4, 8, 16].into_iter().filter(|&m| m < max).collect();
-        v.push(max);
-        v
-    }
-
-    /// The row tile for `t` rows: the smallest that holds them, else the largest.
-    pub fn row_tile(&self, w: &GpuWeight, t: u32) -> u32 {
-        let tiles = self.row_tiles(w);
-        tiles
-            .iter()
-            .copied()
-            .find(|&m| m >= t)
-            .unwrap_or(*tiles.last().expect("at least one tile"))
-    }
-
-    fn gemm_variant(&self, w: &GpuWeight, x: Rows, tm: u32, silu: bool, rope: bool) -> GemmVariant {
-        let x_vec = w.k.is_multiple_of(8) && x.stride.is_multiple_of(4) && x.off.is_multiple_of(4);
-        self.gemm_variant_of(w.format, tm, x_vec, silu, rope)
-    }
-
-    /// The variant for a format, row tile, x layout and epilogue on this
-    /// adapter's tiles (the silu and rope epilogues, which take column
-    /// pairs, round TN up to even).
-    pub(crate) fn gemm_variant_of(
-        &self,
-        format: WeightFormat,
-        tm: u32,
-        x_vec: bool,
-        silu: bool,
-        rope: bool,
-    ) -> GemmVariant {
-        let tl = self.tiles;
-        let tn = if tm == 1 { tl.decode_tn } else { tl.prefill_tn };
-        GemmVariant {
-            format,
-            tm,
-            tn: if silu || rope { tn.next_multiple_of(2) } else { tn },
-            wg: tl.wg,
-            x_vec,
-            silu,
-            w_tex: false,
-            x_tex: false,
-            rope,
-            kv_tex: false,
-        }
-    }
-
-    /// The texture x's rows are copied into for a gemm of `t` rows, where x
-    /// can be (CPU adapters; rows of whole 256-byte multiples at a 16-byte
-    /// aligned offset, within the adapter's texture size).
-    fn x_texture(&self, x: Rows, t: u32) -> Option<(wgpu::Texture, wgpu::TextureView)> {
-        let max = self.ctx.limits.max_texture_dimension_2d;
-        let fits = (x.stride * 4).is_multiple_of(256) && x.off.is_multiple_of(4) && x.stride / 4 <= max;
-        let rows = u32::try_from(x.buf.size() / 4 / u64::from(x.stride.max(1)))
-            .ok()?
-            .min(max);
-        if !self.cpu_shapes || !fits || t == 0 || rows < t || u64::from(x.off + t * x.stride) * 4 > x.buf.size() {
-            return None;
-        }
-        let mut cache = self.x_tex.lock().unwrap_or_else(|e| e.into_inner());
-        let tex = cache.entry((x.buf.clone(), x.stride)).or_insert_with(|| {
-            let tex = self.ctx.device.create_texture(&wgpu::TextureDescriptor {
-                label: Some("gemm x"),
-                size: wgpu::Extent3d {
-                    width: x.stride / 4,
-                    height: rows,
-                    depth_or_array_layers: 1,
-                },
-                mip_level_count: 1,
-                sample_count: 1,
-                dimension: wgpu::TextureDimension::D2,
-                format: wgpu::TextureFormat::Rgba32Float,
-                usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
-                view_formats: &[],
-            });
-            let view = tex.create_view(&wgpu::TextureViewDescriptor::default());
-            (tex, view)
-        });
-        Some(tex.clone())
-    }
-
-    fn gemm_kernel(&self, v: GemmVariant) -> Result<Arc<Kernel>, GpuError> {
-        let mut cache = self.gemm.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(k) = cache.get(&v) {
-            return Ok(k.clone());
-        }
-        let xb = if v.x_tex { Binding::TexF32 } else { R };
-        let storage: &[Binding] = match (v.format.is_quantized(), v.w_tex) {
-            (true, false) => &[xb, R, R, RW],
-            (false, false) => &[xb, R, RW],
-            (true, true) => &[xb, Binding::TexU32, Binding::TexF32, RW],
-            (false, true) => &[xb, Binding::TexU32, RW],
-        };
-        let store = Binding::StoreF32Array;
-        let rope: &[Binding] = match (v.rope, v.kv_tex) {
-            (false, _) => &[],
-            (true, false) => &[R, R, R, RW, RW],
-            (true, true) => &[R, R, R, store, store],
-        };
-        let storage: Vec<Binding> = storage.iter().chain(rope).copied().collect();
-        let epilogue = match (v.silu, v.rope) {
-            (true, _) => "_silu",
-            (false, true) => "_rope",
-            (false, false) => "",
-        };
-        let tex = match (v.w_tex, v.x_tex) {
-            (true, true) => "_tex",
-            (true, false) => "_wtex",
-            (false, true) => "_xtex",
-            (false, false) => "",
-        };
-        let kv = if v.kv_tex { "_kvtex" } else { "" };
-        let name = format!("gemm_{:?}_{}x{}{epilogue}{tex}{kv}", v.format, v.tm, v.tn);
-        let k = self
-            .store
-            .kernel(&self.ctx.device, &name, &gemm::source(v)?, &storage)?;
-        cache.insert(v, k.clone());
-        Ok(k)
-    }
-
     pub(crate) fn embed_kernel(&self, f: WeightFormat) -> Result<Arc<Kernel>, GpuError> {
         let mut cache = self.embed.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(k) = cache.get(&f) {
@@ -335,205 +189,6 @@ impl Kernels {
             .kernel(&self.ctx.device, &format!("embed_{f:?}"), &embed::source(f)?, storage)?;
         cache.insert(f, k.clone());
         Ok(k)
-    }
-
-    /// `gemm` with the row tile `tm` chosen by the caller (tests compare them all).
-    pub fn gemm_with(
-        &self,
-        enc: &mut StepEncoder,
-        w: &GpuWeight,
-        x: Rows,
-        y: Rows,
-        t: u32,
-        tm: u32,
-    ) -> Result<(), GpuError> {
-        self.gemm_epilogue(enc, w, x, y, t, tm, &Epilogue::Plain)
-    }
-
-    /// Whether the rope epilogue's bindings fit the adapter (on CPU adapters
-    /// x and the weights are textures, not storage buffers).
-    pub fn fuses_qkv_rope(&self) -> bool {
-        let storage = if self.cpu_shapes { 6 } else { 9 };
-        self.ctx.limits.max_storage_buffers_per_shader_stage >= storage
-    }
-
-    /// `gemm_rope_kv` with the row tile `tm` chosen by the caller.
-    #[allow(clippy::too_many_arguments)]
-    pub fn gemm_rope_kv_with(
-        &self,
-        enc: &mut StepEncoder,
-        w: &GpuWeight,
-        x: Rows,
-        qkv: Rows,
-        rope: RopeArgs<wgpu::Buffer>,
-        kv: PagedKv,
-        q_heads: u32,
-        slot_mapping: &wgpu::Buffer,
-        t: u32,
-        tm: u32,
-    ) -> Result<(), GpuError> {
-        let (q_w, kv_w) = (q_heads * kv.head_dim, kv.kv_heads * kv.head_dim);
-        if w.n as u32 != q_w + 2 * kv_w || !kv.head_dim.is_multiple_of(2) {
-            return Err(GpuError::Limit(format!(
-                "gemm_rope_kv: {} weight rows for {q_heads} q heads and {} KV heads of {}",
-                w.n, kv.kv_heads, kv.head_dim
-            )));
-        }
-        let kv_tex = self.kv_textures(kv.k_cache, kv.v_cache, kv.kv_rows)?;
-        if kv_tex.is_some() {
-            // Caches as textures: the epilogue writes whole texels, groups of
-            // 8 W rows; where the tile or windows do not allow it, the gemm
-            // and rope_cache_write run one after the other.
-            let v = self.gemm_variant(w, x, tm, false, true);
-            let starts: Vec<u32> = if self.cpu_shapes && !w.tex.is_empty() {
-                w.tex.iter().map(|t| t.row0).collect()
-            } else {
-                let windows = w.windows(self.binding_limit, self.storage_align())?;
-                windows.iter().map(|b| b.row0).collect()
-            };
-            let aligned = v.tn.is_multiple_of(8) && kv.head_dim.is_multiple_of(8);
-            if !aligned || starts.iter().any(|r| !r.is_multiple_of(8)) {
-                self.gemm_with(enc, w, x, qkv, t, tm)?;
-                return crate::backend::Backend::rope_cache_write(
-                    self,
-                    enc,
-                    qkv.buf,
-                    qkv.stride,
-                    rope,
-                    kv,
-                    q_heads,
-                    slot_mapping,
-                    t,
-                );
-            }
-        }
-        let ep = Epilogue::Rope {
-            rope,
-            kv,
-            q_w,
-            slot_mapping,
-            kv_tex,
-        };
-        self.gemm_epilogue(enc, w, x, qkv, t, tm, &ep)
-    }
-
-    /// `gemm_silu_mul` with the row tile `tm` chosen by the caller.
-    pub fn gemm_silu_mul_with(
-        &self,
-        enc: &mut StepEncoder,
-        w: &GpuWeight,
-        x: Rows,
-        y: Rows,
-        t: u32,
-        tm: u32,
-    ) -> Result<(), GpuError> {
-        if !w.n.is_multiple_of(2) {
-            return Err(GpuError::Limit(format!(
-                "gemm_silu_mul needs interleaved gate/up rows (an even count), got {}",
-                w.n
-            )));
-        }
-        self.gemm_epilogue(enc, w, x, y, t, tm, &Epilogue::SiluMul)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn gemm_epilogue(
-        &self,
-        enc: &mut StepEncoder,
-        w: &GpuWeight,
-        x: Rows,
-        y: Rows,
-        t: u32,
-        tm: u32,
-        ep: &Epilogue,
-    ) -> Result<(), GpuError> {
-        let silu = matches!(ep, Epilogue::SiluMul);
-        let rope = matches!(ep, Epilogue::Rope { .. });
-        let mut v = self.gemm_variant(w, x, tm, silu, rope);
-        // Textures on CPU adapters; the GPU shapes read buffers (and are
-        // tested that way on lavapipe too).
-        v.w_tex = self.cpu_shapes && !w.tex.is_empty();
-        let x_tex = if v.x_vec { self.x_texture(x, t) } else { None };
-        v.x_tex = x_tex.is_some();
-        let x_bound = match &x_tex {
-            Some((tex, view)) => {
-                let src = BufSlice::range(x.buf, u64::from(x.off) * 4, u64::from(t * x.stride) * 4);
-                enc.copy_to_texture(src, tex, x.stride / 4, t);
-                Bound::Tex {
-                    view: view.clone(),
-                    bytes: u64::from(t * x.stride) * 4,
-                }
-            }
-            None => Bound::Buf(BufSlice::whole(x.buf)),
-        };
-        v.kv_tex = matches!(ep, Epilogue::Rope { kv_tex: Some(_), .. });
-        let kernel = self.gemm_kernel(v)?;
-        let windows: Vec<(u32, u32, Vec<Bound>)> = if v.w_tex {
-            let tex = w.tex.iter();
-            tex.map(|t| {
-                (
-                    t.row0,
-                    t.rows,
-                    [Some(t.data.clone()), t.scales.clone()].into_iter().flatten().collect(),
-                )
-            })
-            .collect()
-        } else {
-            let bufs = w.windows(self.binding_limit, self.storage_align())?.into_iter();
-            bufs.map(|b| {
-                (
-                    b.row0,
-                    b.rows,
-                    [Some(b.data), b.scales].into_iter().flatten().map(Bound::Buf).collect(),
-                )
-            })
-            .collect()
-        };
-        for (row0, rows, wb) in windows {
-            let mut p = GemmParams {
-                t,
-                n: rows,
-                k: w.k as u32,
-                chunks: w.chunks() as u32,
-                x_stride: x.stride,
-                y_stride: y.stride,
-                x_off: x.off,
-                y_off: y.off + if silu { row0 / 2 } else { row0 },
-                w_row: w.w_row() as u32,
-                ..GemmParams::default()
-            };
-            let mut bufs = vec![x_bound.clone()];
-            bufs.extend(wb);
-            bufs.push(Bound::Buf(BufSlice::whole(y.buf)));
-            if let Epilogue::Rope {
-                rope,
-                kv,
-                q_w,
-                slot_mapping,
-                kv_tex,
-            } = ep
-            {
-                let kv_w = kv.kv_heads * kv.head_dim;
-                (p.y_off, p.col0, p.q_w, p.kv_w) = (y.off, row0, *q_w, kv_w);
-                (p.hd, p.pairing, p.max_pos) = (kv.head_dim, rope.pairing as u32, rope.max_pos);
-                let [k_cache, v_cache] = match kv_tex {
-                    Some(tex) => tex.clone(),
-                    None => ops::kv_caches(kv).map(Bound::Buf),
-                };
-                bufs.extend(
-                    [
-                        BufSlice::whole(rope.positions),
-                        BufSlice::whole(rope.table),
-                        BufSlice::whole(slot_mapping),
-                    ]
-                    .map(Bound::Buf),
-                );
-                bufs.extend([k_cache, v_cache]);
-            }
-            let cols = rows.div_ceil(v.tn * v.wg);
-            enc.dispatch_bound(&kernel, bytemuck::bytes_of(&p), bufs, [cols, t.div_ceil(v.tm), 1]);
-        }
-        Ok(())
     }
 
     /// The `paged_attention` variant for a head shape: on CPU adapters a workgroup

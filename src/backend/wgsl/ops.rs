@@ -5,7 +5,7 @@
 
 use super::embed::EmbedParams;
 use super::{GpuWeight, Kernels, PagedKv, Rows, kv_tex};
-use crate::backend::{Backend, MaskedArgmax, RopeArgs, RopePairing, WeightInfo};
+use crate::backend::{Backend, MaskedArgmax, NormArgs, RopeArgs, RopePairing, WeightInfo};
 use crate::gpu::{Bound, BufSlice, GpuError, StepEncoder};
 use crate::quant::{Repacked, WeightFormat};
 
@@ -166,8 +166,24 @@ impl Backend for Kernels {
         true
     }
 
-    fn gemm_silu_mul(&self, enc: &mut StepEncoder, w: &GpuWeight, x: Rows, out: Rows, t: u32) -> Result<(), GpuError> {
-        self.gemm_silu_mul_with(enc, w, x, out, t, self.row_tile(w, t))
+    fn fuses_norm(&self, d: u32) -> bool {
+        Kernels::fuses_norm(self, d)
+    }
+
+    fn gemm_residual(&self, enc: &mut StepEncoder, w: &GpuWeight, x: Rows, y: Rows, t: u32) -> Result<(), GpuError> {
+        self.gemm_residual_with(enc, w, x, y, t, self.row_tile(w, t))
+    }
+
+    fn gemm_silu_mul(
+        &self,
+        enc: &mut StepEncoder,
+        w: &GpuWeight,
+        x: Rows,
+        norm: Option<NormArgs<wgpu::Buffer>>,
+        out: Rows,
+        t: u32,
+    ) -> Result<(), GpuError> {
+        self.gemm_silu_mul_with(enc, w, x, out, t, self.row_tile(w, t), norm)
     }
 
     fn fuses_qkv_rope(&self) -> bool {
@@ -179,6 +195,7 @@ impl Backend for Kernels {
         enc: &mut StepEncoder,
         w: &GpuWeight,
         x: Rows,
+        norm: Option<NormArgs<wgpu::Buffer>>,
         qkv: Rows,
         rope: RopeArgs<wgpu::Buffer>,
         kv: PagedKv,
@@ -187,7 +204,7 @@ impl Backend for Kernels {
         t: u32,
     ) -> Result<(), GpuError> {
         let tm = self.row_tile(w, t);
-        self.gemm_rope_kv_with(enc, w, x, qkv, rope, kv, q_heads, slot_mapping, t, tm)
+        self.gemm_rope_kv_with(enc, w, x, qkv, rope, kv, q_heads, slot_mapping, t, tm, norm)
     }
 
     fn rope_cache_write(

@@ -1,0 +1,373 @@
+//! The gemm ops of the wgpu backend: which variant (row tile, x layout,
+//! epilogue, textures) a gemm runs, its pipeline, and its dispatches window by
+//! window. The kernel is `shaders/gemm.wgsl`; `Backend::gemm`,
+//! `gemm_residual`, `gemm_silu_mul` and `gemm_rope_kv` (ops.rs) call these with
+//! the row tile for their batch, the tests with every tile.
+
+use std::sync::Arc;
+
+use super::gemm::{self, GemmParams, GemmVariant};
+use super::{Binding, Bound, BufSlice, GpuError, GpuWeight, Kernel, Kernels, PagedKv, R, RW, RopeArgs, Rows, ops};
+use crate::backend::NormArgs;
+use crate::gpu::StepEncoder;
+use crate::quant::WeightFormat;
+
+/// What a gemm does with its output tile (see gemm.wgsl).
+// (One per gemm call, passed by reference: the Rope variant's size costs nothing.)
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Epilogue<'a> {
+    Plain,
+    /// y += the tile (the residual add).
+    Residual,
+    SiluMul,
+    Rope {
+        rope: RopeArgs<'a, wgpu::Buffer>,
+        kv: PagedKv<'a>,
+        q_w: u32,
+        slot_mapping: &'a wgpu::Buffer,
+        /// The K and V textures where the cache is held as textures (`kv_tex`).
+        kv_tex: Option<[Bound; 2]>,
+    },
+}
+
+impl Kernels {
+    /// The row tiles (TM) the gemm of `w` uses: 1 for decodes, 4 / 8 / 16 for
+    /// small batches (each weight load serves every row of the tile), and the
+    /// prefill tile. Every tile gives the same bits (see gemm.wgsl).
+    pub fn row_tiles(&self, w: &GpuWeight) -> Vec<u32> {
+        self.row_tiles_of(w.format)
+    }
+
+    /// The row tiles of a weight format (see `row_tiles`).
+    pub fn row_tiles_of(&self, format: WeightFormat) -> Vec<u32> {
+        let max = if format.is_quantized() {
+            self.tiles.quant_prefill_tm
+        } else {
+            self.tiles.prefill_tm
+        };
+        let mut v: Vec<u32> = [1, 4, 8, 16].into_iter().filter(|&m| m < max).collect();
+        v.push(max);
+        v
+    }
+
+    /// The row tile for `t` rows: the smallest that holds them, else the largest.
+    pub fn row_tile(&self, w: &GpuWeight, t: u32) -> u32 {
+        let tiles = self.row_tiles(w);
+        tiles
+            .iter()
+            .copied()
+            .find(|&m| m >= t)
+            .unwrap_or(*tiles.last().expect("at least one tile"))
+    }
+
+    fn gemm_variant(&self, w: &GpuWeight, x: Rows, tm: u32, silu: bool, rope: bool) -> GemmVariant {
+        let x_vec = w.k.is_multiple_of(8) && x.stride.is_multiple_of(4) && x.off.is_multiple_of(4);
+        self.gemm_variant_of(w.format, tm, x_vec, silu, rope)
+    }
+
+    /// The variant for a format, row tile, x layout and epilogue on this
+    /// adapter's tiles (the silu and rope epilogues, which take column
+    /// pairs, round TN up to even).
+    pub(crate) fn gemm_variant_of(
+        &self,
+        format: WeightFormat,
+        tm: u32,
+        x_vec: bool,
+        silu: bool,
+        rope: bool,
+    ) -> GemmVariant {
+        let tl = self.tiles;
+        let tn = if tm == 1 { tl.decode_tn } else { tl.prefill_tn };
+        GemmVariant {
+            format,
+            tm,
+            tn: if silu || rope { tn.next_multiple_of(2) } else { tn },
+            wg: tl.wg,
+            x_vec,
+            silu,
+            w_tex: false,
+            x_tex: false,
+            rope,
+            kv_tex: false,
+            norm: false,
+            residual: false,
+        }
+    }
+
+    fn gemm_kernel(&self, v: GemmVariant) -> Result<Arc<Kernel>, GpuError> {
+        let mut cache = self.gemm.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = cache.get(&v) {
+            return Ok(k.clone());
+        }
+        let xb = if v.x_tex { Binding::TexF32 } else { R };
+        let storage: &[Binding] = match (v.format.is_quantized(), v.w_tex) {
+            (true, false) => &[xb, R, R, RW],
+            (false, false) => &[xb, R, RW],
+            (true, true) => &[xb, Binding::TexU32, Binding::TexF32, RW],
+            (false, true) => &[xb, Binding::TexU32, RW],
+        };
+        let store = Binding::StoreF32Array;
+        let rope: &[Binding] = match (v.rope, v.kv_tex) {
+            (false, _) => &[],
+            (true, false) => &[R, R, R, RW, RW],
+            (true, true) => &[R, R, R, store, store],
+        };
+        let norm: &[Binding] = if v.norm { &[Binding::TexF32] } else { &[] };
+        let storage: Vec<Binding> = storage.iter().chain(rope).chain(norm).copied().collect();
+        let epilogue = match (v.silu, v.rope) {
+            (true, _) => "_silu",
+            (false, true) => "_rope",
+            (false, false) => "",
+        };
+        let tex = match (v.w_tex, v.x_tex) {
+            (true, true) => "_tex",
+            (true, false) => "_wtex",
+            (false, true) => "_xtex",
+            (false, false) => "",
+        };
+        let kv = if v.kv_tex { "_kvtex" } else { "" };
+        let norm = if v.norm { "_norm" } else { "" };
+        let res = if v.residual { "_res" } else { "" };
+        let name = format!("gemm_{:?}_{}x{}{epilogue}{tex}{kv}{norm}{res}", v.format, v.tm, v.tn);
+        let k = self
+            .store
+            .kernel(&self.ctx.device, &name, &gemm::source(v)?, &storage)?;
+        cache.insert(v, k.clone());
+        Ok(k)
+    }
+
+    /// `gemm` with the row tile `tm` chosen by the caller (tests compare them all).
+    pub fn gemm_with(
+        &self,
+        enc: &mut StepEncoder,
+        w: &GpuWeight,
+        x: Rows,
+        y: Rows,
+        t: u32,
+        tm: u32,
+    ) -> Result<(), GpuError> {
+        self.gemm_epilogue(enc, w, x, None, y, t, tm, &Epilogue::Plain)
+    }
+
+    /// `gemm_residual` (y += X·Wᵀ) with the row tile `tm` chosen by the caller.
+    pub fn gemm_residual_with(
+        &self,
+        enc: &mut StepEncoder,
+        w: &GpuWeight,
+        x: Rows,
+        y: Rows,
+        t: u32,
+        tm: u32,
+    ) -> Result<(), GpuError> {
+        self.gemm_epilogue(enc, w, x, None, y, t, tm, &Epilogue::Residual)
+    }
+
+    /// Whether gemms can take the rms_norm of x rows of `d` floats: CPU
+    /// adapters, where x is copied into a texture (rows of whole 256-byte
+    /// multiples) and a dispatch saved (tens of µs on lavapipe) is worth more
+    /// than the x·g and Σx² each invocation adds to the loads it makes anyway.
+    pub fn fuses_norm(&self, d: u32) -> bool {
+        self.cpu_shapes && d > 0 && (d * 4).is_multiple_of(256) && d / 4 <= self.ctx.limits.max_texture_dimension_2d
+    }
+
+    /// `gemm_rope_kv` with the row tile `tm` chosen by the caller.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_rope_kv_with(
+        &self,
+        enc: &mut StepEncoder,
+        w: &GpuWeight,
+        x: Rows,
+        qkv: Rows,
+        rope: RopeArgs<wgpu::Buffer>,
+        kv: PagedKv,
+        q_heads: u32,
+        slot_mapping: &wgpu::Buffer,
+        t: u32,
+        tm: u32,
+        norm: Option<NormArgs<wgpu::Buffer>>,
+    ) -> Result<(), GpuError> {
+        let (q_w, kv_w) = (q_heads * kv.head_dim, kv.kv_heads * kv.head_dim);
+        if w.n as u32 != q_w + 2 * kv_w || !kv.head_dim.is_multiple_of(2) {
+            return Err(GpuError::Limit(format!(
+                "gemm_rope_kv: {} weight rows for {q_heads} q heads and {} KV heads of {}",
+                w.n, kv.kv_heads, kv.head_dim
+            )));
+        }
+        let kv_tex = self.kv_textures(kv.k_cache, kv.v_cache, kv.kv_rows)?;
+        if kv_tex.is_some() {
+            // Caches as textures: the epilogue writes whole texels, groups of
+            // 8 W rows; where the tile or windows do not allow it, the gemm
+            // and rope_cache_write run one after the other.
+            let v = self.gemm_variant(w, x, tm, false, true);
+            let starts: Vec<u32> = if self.cpu_shapes && !w.tex.is_empty() {
+                w.tex.iter().map(|t| t.row0).collect()
+            } else {
+                let windows = w.windows(self.binding_limit, self.storage_align())?;
+                windows.iter().map(|b| b.row0).collect()
+            };
+            let aligned = v.tn.is_multiple_of(8) && kv.head_dim.is_multiple_of(8);
+            if !aligned || starts.iter().any(|r| !r.is_multiple_of(8)) {
+                self.gemm_epilogue(enc, w, x, norm, qkv, t, tm, &Epilogue::Plain)?;
+                return crate::backend::Backend::rope_cache_write(
+                    self,
+                    enc,
+                    qkv.buf,
+                    qkv.stride,
+                    rope,
+                    kv,
+                    q_heads,
+                    slot_mapping,
+                    t,
+                );
+            }
+        }
+        let ep = Epilogue::Rope {
+            rope,
+            kv,
+            q_w,
+            slot_mapping,
+            kv_tex,
+        };
+        self.gemm_epilogue(enc, w, x, norm, qkv, t, tm, &ep)
+    }
+
+    /// `gemm_silu_mul` with the row tile `tm` chosen by the caller.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_silu_mul_with(
+        &self,
+        enc: &mut StepEncoder,
+        w: &GpuWeight,
+        x: Rows,
+        y: Rows,
+        t: u32,
+        tm: u32,
+        norm: Option<NormArgs<wgpu::Buffer>>,
+    ) -> Result<(), GpuError> {
+        if !w.n.is_multiple_of(2) {
+            return Err(GpuError::Limit(format!(
+                "gemm_silu_mul needs interleaved gate/up rows (an even count), got {}",
+                w.n
+            )));
+        }
+        self.gemm_epilogue(enc, w, x, norm, y, t, tm, &Epilogue::SiluMul)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_epilogue(
+        &self,
+        enc: &mut StepEncoder,
+        w: &GpuWeight,
+        x: Rows,
+        norm: Option<NormArgs<wgpu::Buffer>>,
+        y: Rows,
+        t: u32,
+        tm: u32,
+        ep: &Epilogue,
+    ) -> Result<(), GpuError> {
+        let silu = matches!(ep, Epilogue::SiluMul);
+        let rope = matches!(ep, Epilogue::Rope { .. });
+        let mut v = self.gemm_variant(w, x, tm, silu, rope);
+        // Textures on CPU adapters; the GPU shapes read buffers (and are
+        // tested that way on lavapipe too).
+        v.w_tex = self.cpu_shapes && !w.tex.is_empty();
+        let x_tex = if v.x_vec { self.x_texture(x, t) } else { None };
+        v.x_tex = x_tex.is_some();
+        v.residual = matches!(ep, Epilogue::Residual);
+        v.norm = norm.is_some();
+        // The norm prologue reads x as a texture (`fuses_norm`).
+        let norm_bound = match norm {
+            Some(n) if v.x_tex => Some((self.norm_texture(n.w, w.k as u32)?, n.eps)),
+            Some(_) => {
+                return Err(GpuError::Limit(format!(
+                    "a gemm with the rms_norm fused takes x rows a texture can hold (CPU adapters, rows of a \
+                     multiple of 64 floats); got K = {}, stride {}",
+                    w.k, x.stride
+                )));
+            }
+            None => None,
+        };
+        let x_bound = match &x_tex {
+            Some((tex, view)) => {
+                let src = BufSlice::range(x.buf, u64::from(x.off) * 4, u64::from(t * x.stride) * 4);
+                enc.copy_to_texture(src, tex, x.stride / 4, t);
+                Bound::Tex {
+                    view: view.clone(),
+                    bytes: u64::from(t * x.stride) * 4,
+                }
+            }
+            None => Bound::Buf(BufSlice::whole(x.buf)),
+        };
+        v.kv_tex = matches!(ep, Epilogue::Rope { kv_tex: Some(_), .. });
+        let kernel = self.gemm_kernel(v)?;
+        let windows: Vec<(u32, u32, Vec<Bound>)> = if v.w_tex {
+            let tex = w.tex.iter();
+            tex.map(|t| {
+                (
+                    t.row0,
+                    t.rows,
+                    [Some(t.data.clone()), t.scales.clone()].into_iter().flatten().collect(),
+                )
+            })
+            .collect()
+        } else {
+            let bufs = w.windows(self.binding_limit, self.storage_align())?.into_iter();
+            bufs.map(|b| {
+                (
+                    b.row0,
+                    b.rows,
+                    [Some(b.data), b.scales].into_iter().flatten().map(Bound::Buf).collect(),
+                )
+            })
+            .collect()
+        };
+        for (row0, rows, wb) in windows {
+            let mut p = GemmParams {
+                t,
+                n: rows,
+                k: w.k as u32,
+                chunks: w.chunks() as u32,
+                x_stride: x.stride,
+                y_stride: y.stride,
+                x_off: x.off,
+                y_off: y.off + if silu { row0 / 2 } else { row0 },
+                w_row: w.w_row() as u32,
+                ..GemmParams::default()
+            };
+            let mut bufs = vec![x_bound.clone()];
+            bufs.extend(wb);
+            bufs.push(Bound::Buf(BufSlice::whole(y.buf)));
+            if let Epilogue::Rope {
+                rope,
+                kv,
+                q_w,
+                slot_mapping,
+                kv_tex,
+            } = ep
+            {
+                let kv_w = kv.kv_heads * kv.head_dim;
+                (p.y_off, p.col0, p.q_w, p.kv_w) = (y.off, row0, *q_w, kv_w);
+                (p.hd, p.pairing, p.max_pos) = (kv.head_dim, rope.pairing as u32, rope.max_pos);
+                let [k_cache, v_cache] = match kv_tex {
+                    Some(tex) => tex.clone(),
+                    None => ops::kv_caches(kv).map(Bound::Buf),
+                };
+                bufs.extend(
+                    [
+                        BufSlice::whole(rope.positions),
+                        BufSlice::whole(rope.table),
+                        BufSlice::whole(slot_mapping),
+                    ]
+                    .map(Bound::Buf),
+                );
+                bufs.extend([k_cache, v_cache]);
+            }
+            if let Some((g, eps)) = &norm_bound {
+                p.eps = *eps;
+                bufs.push(g.clone());
+            }
+            let cols = rows.div_ceil(v.tn * v.wg);
+            enc.dispatch_bound(&kernel, bytemuck::bytes_of(&p), bufs, [cols, t.div_ceil(v.tm), 1]);
+        }
+        Ok(())
+    }
+}
