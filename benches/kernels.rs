@@ -17,6 +17,8 @@ fn buffer(ks: &Kernels, bytes: usize) -> wgpu::Buffer {
 }
 
 fn main() {
+    // SAFETY: first thing in `main`, before any thread exists.
+    unsafe { wllm::gpu::default_llvmpipe_threads() };
     let ctx = GpuContext::new(&GpuOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     // WLLM_GEMM_TILES (as `wllm --gemm-tiles`) benches other tiles than the adapter's.
     let tiles = std::env::var("WLLM_GEMM_TILES")

@@ -77,6 +77,8 @@ fn ensure_runtime_dir() {
 
 fn main() {
     ensure_runtime_dir();
+    // SAFETY: first thing in `main`, before any thread exists (as above).
+    unsafe { wllm::gpu::default_llvmpipe_threads() };
     let cli = Cli::parse();
     let result = match cli.command {
         None => cli::chat::run(&cli::chat::ChatArgs {

@@ -5,9 +5,11 @@
 mod context;
 mod encoder;
 mod kernel;
+mod llvmpipe;
 mod pipelines;
 
 pub use context::{GpuContext, GpuError, GpuOptions};
 pub use encoder::{BindCache, Bound, BufSlice, StepEncoder};
 pub use kernel::{Binding, Kernel};
+pub use llvmpipe::default_llvmpipe_threads;
 pub use pipelines::{PipelineStats, PipelineStore, user_cache_dir};
