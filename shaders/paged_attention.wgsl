@@ -60,9 +60,11 @@ const NEG: f32 = -3.0e38;
 const HD: u32 = {{ head_dim }}u;
 const W: u32 = {{ w }}u;
 const G: u32 = {{ g }}u;
+{% if not subgroups %}
 var<workgroup> lane_m: array<f32, W * G>;
 var<workgroup> lane_s: array<f32, W * G>;
 var<workgroup> lane_acc: array<vec4<f32>, W * G * HD / 4u>;
+{% endif %}
 {#
   attend(n): one pass over the keys for tokens t0 .. t{n-1} (all of one sequence,
   the row of block_tables in `table`), then the lane merge and output of each.
@@ -157,6 +159,7 @@ merge(t{{ ti }}, h0, l);
 {% endif %}
 }
 {% endmacro %}
+{% if not subgroups %}
 // Merges the W lanes' partial softmax of token t (in workgroup memory) in lane
 // order and writes its G heads.
 fn merge(t: u32, h0: u32, l: u32) {
@@ -178,6 +181,7 @@ out[ob] = r.x; out[ob + 1u] = r.y; out[ob + 2u] = r.z; out[ob + 3u] = r.w;
 }
 workgroupBarrier();
 }
+{% endif %}
 @compute @workgroup_size(W)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
 let h0 = wid.x * G;
