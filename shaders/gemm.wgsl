@@ -26,9 +26,9 @@
 // inv = 1 / sqrt(mean(x²) + eps) and g the norm weight (a one-row texture,
 // the last binding): the loop multiplies x by g as it loads it (the min
 // term's Σ x·g an fma chain in lane order; pre-scaled x as x · (g · 2^-k))
-// and sums x² from the same loads, and inv scales each accumulator after it. Σx² of a
-// row: the eight lanes of its F8 chunks summed in increasing k, then
-// ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)): the same for every tile. Epilogue `residual` (the o and down gemms): y += Y.
+// and sums x² from the same loads (one fma chain a row, in increasing k: the
+// same for every tile), and inv scales each accumulator after it.
+// Epilogue `residual` (the o and down gemms): y += Y.
 //
 // Bindings:
 //   0 p:      Params (uniform)
@@ -197,10 +197,16 @@ fn dot8(x: F8, g: F8) -> f32 {
     s = fma(x.b.x, g.b.x, s); s = fma(x.b.y, g.b.y, s); s = fma(x.b.z, g.b.z, s);
     return fma(x.b.w, g.b.w, s);
 }
-// 1 / sqrt(mean(x²) + eps) of a row from its lane sums of squares (the order in the header).
-fn row_inv(sa: vec4<f32>, sb: vec4<f32>) -> f32 {
-    let s = sa + sb;
-    return 1.0 / sqrt(((s.x + s.z) + (s.y + s.w)) / f32(p.k) + p.eps);
+// ss + Σ x² over the eight lanes, an fma chain in lane order.
+fn sq8(x: F8, ss: f32) -> f32 {
+    var s = fma(x.a.x, x.a.x, ss);
+    s = fma(x.a.y, x.a.y, s); s = fma(x.a.z, x.a.z, s); s = fma(x.a.w, x.a.w, s);
+    s = fma(x.b.x, x.b.x, s); s = fma(x.b.y, x.b.y, s); s = fma(x.b.z, x.b.z, s);
+    return fma(x.b.w, x.b.w, s);
+}
+// 1 / sqrt(mean(x²) + eps) of a row from its Σx².
+fn row_inv(ss: f32) -> f32 {
+    return 1.0 / sqrt(ss / f32(p.k) + p.eps);
 }
 {% endif %}
 @compute @workgroup_size({{ wg }})
@@ -216,8 +222,7 @@ let r{{ i }} = p.x_off + min(t0 + {{ i }}u, p.t - 1u) * p.x_stride;
 {% endfor %}
 {% if norm %}
   {% for i in range(tm) %}
-var ssa{{ i }} = vec4<f32>(0.0);
-var ssb{{ i }} = vec4<f32>(0.0);
+var ss{{ i }} = 0.0;
   {% endfor %}
 {% endif %}
 {% for j in range(tn) %}
@@ -256,7 +261,7 @@ let gq = F8(g.a * {{ weights.x_scale(format, sub) }}, g.b * {{ weights.x_scale(f
       {% if norm %}
 {# Normalised x: x·g (Σ of it for the min term: dot8), pre-scaled as x·(g·2^-k). #}
 let xr{{ i }} = load_x8(r{{ i }}, 4u * b + {{ sub }}u);
-ssa{{ i }} = fma(xr{{ i }}.a, xr{{ i }}.a, ssa{{ i }}); ssb{{ i }} = fma(xr{{ i }}.b, xr{{ i }}.b, ssb{{ i }});
+ss{{ i }} = sq8(xr{{ i }}, ss{{ i }});
         {% if with_min %}
 xs{{ i }} = xs{{ i }} + dot8(xr{{ i }}, g);
         {% endif %}
@@ -317,7 +322,7 @@ let g = load_g8(c);
   {% for i in range(tm) %}
     {% if norm %}
 let xr{{ i }} = load_x8(r{{ i }}, c);
-ssa{{ i }} = fma(xr{{ i }}.a, xr{{ i }}.a, ssa{{ i }}); ssb{{ i }} = fma(xr{{ i }}.b, xr{{ i }}.b, ssb{{ i }});
+ss{{ i }} = sq8(xr{{ i }}, ss{{ i }});
 let x{{ i }} = mul8(xr{{ i }}, g);
     {% else %}
 let x{{ i }} = load_x8(r{{ i }}, c);
@@ -335,7 +340,7 @@ a{{ i }}_{{ j }} = fma(x{{ i }}.{{ l }}, w{{ j }}.{{ l }}, a{{ i }}_{{ j }});
 {% endif %}
 {% if norm %}
   {% for i in range(tm) %}
-let inv{{ i }} = row_inv(ssa{{ i }}, ssb{{ i }});
+let inv{{ i }} = row_inv(ss{{ i }});
     {% for j in range(tn) %}
 a{{ i }}_{{ j }} = a{{ i }}_{{ j }} * inv{{ i }};
     {% endfor %}
