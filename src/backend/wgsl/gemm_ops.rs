@@ -170,6 +170,13 @@ impl Kernels {
         self.cpu_shapes && d > 0 && (d * 4).is_multiple_of(256) && d / 4 <= self.ctx.limits.max_texture_dimension_2d
     }
 
+    /// Whether the rope epilogue's bindings fit the adapter (on CPU adapters
+    /// x and the weights are textures, not storage buffers).
+    pub fn fuses_qkv_rope(&self) -> bool {
+        let storage = if self.cpu_shapes { 6 } else { 9 };
+        self.ctx.limits.max_storage_buffers_per_shader_stage >= storage
+    }
+
     /// `gemm_rope_kv` with the row tile `tm` chosen by the caller.
     #[allow(clippy::too_many_arguments)]
     pub fn gemm_rope_kv_with(

@@ -5,6 +5,25 @@
 
 use super::{Bound, GpuError, Kernels, Rows};
 
+/// An rgba32float 2D texture of `width` texels by `height` rows, sampled by
+/// the gemm and filled by copies (x rows, norm weights).
+fn f32_texture(device: &wgpu::Device, label: &str, width: u32, height: u32) -> wgpu::Texture {
+    device.create_texture(&wgpu::TextureDescriptor {
+        label: Some(label),
+        size: wgpu::Extent3d {
+            width,
+            height,
+            depth_or_array_layers: 1,
+        },
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: wgpu::TextureFormat::Rgba32Float,
+        usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+        view_formats: &[],
+    })
+}
+
 impl Kernels {
     /// The texture x's rows are copied into for a gemm of `t` rows, where x
     /// can be (CPU adapters; rows of whole 256-byte multiples at a 16-byte
@@ -20,20 +39,7 @@ impl Kernels {
         }
         let mut cache = self.x_tex.lock().unwrap_or_else(|e| e.into_inner());
         let tex = cache.entry((x.buf.clone(), x.stride)).or_insert_with(|| {
-            let tex = self.ctx.device.create_texture(&wgpu::TextureDescriptor {
-                label: Some("gemm x"),
-                size: wgpu::Extent3d {
-                    width: x.stride / 4,
-                    height: rows,
-                    depth_or_array_layers: 1,
-                },
-                mip_level_count: 1,
-                sample_count: 1,
-                dimension: wgpu::TextureDimension::D2,
-                format: wgpu::TextureFormat::Rgba32Float,
-                usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
-                view_formats: &[],
-            });
+            let tex = f32_texture(&self.ctx.device, "gemm x", x.stride / 4, rows);
             let view = tex.create_view(&wgpu::TextureViewDescriptor::default());
             (tex, view)
         });
@@ -50,56 +56,26 @@ impl Kernels {
             )));
         }
         let mut cache = self.norm_tex.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(view) = cache.get(&(w.clone(), d)) {
-            return Ok(Bound::Tex {
-                view: view.clone(),
-                bytes: u64::from(d) * 4,
-            });
-        }
-        let size = wgpu::Extent3d {
-            width: d / 4,
-            height: 1,
-            depth_or_array_layers: 1,
-        };
-        let tex = self.ctx.device.create_texture(&wgpu::TextureDescriptor {
-            label: Some("rms_norm weight"),
-            size,
-            mip_level_count: 1,
-            sample_count: 1,
-            dimension: wgpu::TextureDimension::D2,
-            format: wgpu::TextureFormat::Rgba32Float,
-            usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
-            view_formats: &[],
-        });
-        let mut enc = self
-            .ctx
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
-        enc.copy_buffer_to_texture(
-            wgpu::TexelCopyBufferInfo {
-                buffer: w,
-                layout: wgpu::TexelCopyBufferLayout {
-                    offset: 0,
-                    bytes_per_row: None,
-                    rows_per_image: None,
+        let view = cache.entry((w.clone(), d)).or_insert_with(|| {
+            let tex = f32_texture(&self.ctx.device, "rms_norm weight", d / 4, 1);
+            let mut enc = self
+                .ctx
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
+            enc.copy_buffer_to_texture(
+                wgpu::TexelCopyBufferInfo {
+                    buffer: w,
+                    layout: wgpu::TexelCopyBufferLayout::default(),
                 },
-            },
-            tex.as_image_copy(),
-            size,
-        );
-        self.ctx.queue.submit([enc.finish()]);
-        let view = tex.create_view(&wgpu::TextureViewDescriptor::default());
-        cache.insert((w.clone(), d), view.clone());
+                tex.as_image_copy(),
+                tex.size(),
+            );
+            self.ctx.queue.submit([enc.finish()]);
+            tex.create_view(&wgpu::TextureViewDescriptor::default())
+        });
         Ok(Bound::Tex {
-            view,
+            view: view.clone(),
             bytes: u64::from(d) * 4,
         })
-    }
-
-    /// Whether the rope epilogue's bindings fit the adapter (on CPU adapters
-    /// x and the weights are textures, not storage buffers).
-    pub fn fuses_qkv_rope(&self) -> bool {
-        let storage = if self.cpu_shapes { 6 } else { 9 };
-        self.ctx.limits.max_storage_buffers_per_shader_stage >= storage
     }
 }
