@@ -61,6 +61,11 @@ pub struct Kernels {
     pub tiles: GemmTiles,
     /// Kernel shapes for CPU adapters (lavapipe) rather than GPUs.
     pub cpu_shapes: bool,
+    /// Fewest workgroups a batched gemm should launch (`row_tile` takes a
+    /// smaller row tile below it): on CPU adapters a workgroup is one
+    /// thread's share of a dispatch, so a narrow weight at a small batch (the
+    /// o and down gemms at 16 rows: 3 workgroups) leaves cores idle. 1 on GPUs.
+    pub min_workgroups: u32,
     pub(crate) rms_norm: Arc<Kernel>,
     pub(crate) rope: Arc<Kernel>,
     pub(crate) rope_cache_write: Arc<Kernel>,
@@ -117,6 +122,7 @@ impl Kernels {
             ctx: ctx.clone(),
             tiles: tiles.unwrap_or_else(|| tiles_for(ctx)),
             cpu_shapes: ctx.is_cpu(),
+            min_workgroups: if ctx.is_cpu() { cpu_min_workgroups() } else { 1 },
             rms_norm: k("rms_norm", templates::file("rms_norm.wgsl"), &[R, R, RW, R, RW])?,
             rope: k("rope", templates::file("rope.wgsl"), &[R, R, RW])?,
             rope_cache_write: k(
@@ -166,6 +172,7 @@ impl Kernels {
     pub fn use_gpu_shapes(&mut self) {
         self.tiles = GemmTiles::gpu();
         self.cpu_shapes = false;
+        self.min_workgroups = 1;
     }
 
     /// A zeroed storage buffer of `bytes`.
@@ -262,4 +269,11 @@ impl Kernels {
         cache.insert(v, k.clone());
         Ok(k)
     }
+}
+
+/// `Kernels::min_workgroups` on CPU adapters: three a core (two left the
+/// o and down gemms' three workgroups at 16 rows on two cores).
+fn cpu_min_workgroups() -> u32 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    3 * u32::try_from(cores).unwrap_or(u32::MAX / 3)
 }
