@@ -36,7 +36,9 @@
 //             x_tex: the rows copied into a texture (rgba32float, a row per row)
 //   2 w:      (N, K) weights in the layout of weights.wgsl; w_tex: the same as a
 //             texture, a texel row per weight row (then 3 is the scales' texture)
-//   3 scales: (N, K/32) f32 d, or vec2(d, m) for Q4_1 — quantised formats only
+//   3 scales: (N, K/32) f32 d, or vec2(d, m) for Q4_1 — quantised formats only;
+//             as a texture, Q4_0 and Q8_0 hold two blocks' d a texel (the loop
+//             then steps two blocks, the second guarded for odd K/32)
 //   4 y:      (T, y_stride) f32, row t at y_off + t*y_stride (read_write)
 // Weights larger than one storage binding are bound window by window (rows
 //   row0.., y_off advanced by row0), one dispatch each.
@@ -78,6 +80,8 @@ struct Params {
 {% set with_min = format == "Q4_1" or format == "Q8_16" %}
 {# Q4 and Q8_0 from textures (CPU adapters): x pre-scaled, nibbles and bytes masked in place (weights.wgsl). #}
 {% set scaled = w_tex and format in ["Q4_0", "Q4_1", "Q8_0"] %}
+{# Q4_0 and Q8_0 scale textures hold two blocks a texel (src/backend/wgsl/weight.rs, scale_pairs). #}
+{% set pairs = w_tex and format in ["Q4_0", "Q8_0"] %}
 {% if x_tex %}
 {# x copied into a texture (CPU adapters): r is the row, a texel holds 4 floats. #}
 @group(0) @binding(1) var x_tex: texture_2d<f32>;
@@ -233,9 +237,26 @@ var a{{ i }}_{{ j }} = 0.0;
 {% endfor %}
 {% if quantized %}
 {# Quantised: per block b, s = Σ x·q from 0, then acc = fma(d, s, acc) (+ m·Σx for Q4_1). #}
-for (var b = 0u; b < p.chunks; b = b + 1u) {
+{% if pairs %}
+{# Scale pairs: one scale fetch a column serves blocks bp and bp + 1 (the second guarded: odd block counts). #}
+for (var bp = 0u; bp < p.chunks; bp = bp + 2u) {
   {% for j in range(tn) %}
-    {% if w_tex %}
+let dp{{ j }} = textureLoad(s_tex, vec2<u32>(bp / 2u, c{{ j }}), 0);
+  {% endfor %}
+{% else %}
+for (var bp = 0u; bp < p.chunks; bp = bp + 1u) {
+{% endif %}
+{% for half in range(2 if pairs else 1) %}
+{% if half == 1 %}
+if (bp + 1u < p.chunks) {
+{% else %}
+{
+{% endif %}
+let b = bp + {{ half }}u;
+  {% for j in range(tn) %}
+    {% if pairs %}
+{{ weights.load_block_tex_paired(format, j, "c" ~ j, "b", "dp" ~ j, half) -}}
+    {% elif w_tex %}
 {{ weights.load_block_tex(format, j, "c" ~ j, "b") -}}
     {% else %}
 {{ weights.load_block(format, j, "c" ~ j ~ " * p.chunks + b") -}}
@@ -312,6 +333,8 @@ a{{ i }}_{{ j }} = fma(d{{ j }}, s{{ i }}_{{ j }}, a{{ i }}_{{ j }});
       {% endif %}
     {% endfor %}
   {% endfor %}
+}
+{% endfor %}
 }
 {% else %}
 {# Floats: acc = fma(x_k, w_k, acc) for k in increasing order, 8 at a time. #}

@@ -103,7 +103,8 @@ fn load_w8(base: u32, c: u32) -> F8 { return dq_{{ format | lower }}(w[base + c]
   The same layouts read from textures (CPU adapters: llvmpipe loads a texel for
   eight lanes at once, a storage element lane by lane): `w_tex` holds one row
   of the weight per texel row, a texel per vec4 element (rgba32uint); `s_tex`
-  the scales, a texel per block (rg32float for Q4_1, rgba32float for Q8_16, r32float otherwise).
+  the scales, a texel per block (rg32float for Q4_1, rgba32float for Q8_16),
+  or for Q4_0 and Q8_0 a texel per two blocks (rg32float: d0, d1).
   `tex_bindings` declares them with `load_w8t(row, c)` for float formats;
   `load_block_tex` is `load_block` for block `b` of row `row`.
 #}
@@ -125,6 +126,18 @@ fn load_w8t(row: u32, c: u32) -> F8 { return dq_{{ format | lower }}(textureLoad
 let qa{{ j }} = textureLoad(w_tex, vec2<u32>(2u * {{ b }}, {{ row }}), 0); let qb{{ j }} = textureLoad(w_tex, vec2<u32>(2u * {{ b }} + 1u, {{ row }}), 0); let d{{ j }} = textureLoad(s_tex, vec2<u32>({{ b }}, {{ row }}), 0){{ "" if format == "Q8_16" else ".x" }};
 {% else %}
 let q{{ j }} = textureLoad(w_tex, vec2<u32>({{ b }}, {{ row }}), 0); let d{{ j }} = textureLoad(s_tex, vec2<u32>({{ b }}, {{ row }}), 0).{{ "xy" if format == "Q4_1" else "x" }};
+{% endif %}
+{% endmacro %}
+{#
+  `load_block_tex` where a scale texel holds two blocks (Q4_0, Q8_0):
+  block `b`'s data, and its scale from the texel `dp` already fetched, the
+  first (`half` 0) or second block of the pair.
+#}
+{% macro load_block_tex_paired(format, j, row, b, dp, half) %}
+{% if format == "Q8_0" %}
+let qa{{ j }} = textureLoad(w_tex, vec2<u32>(2u * {{ b }}, {{ row }}), 0); let qb{{ j }} = textureLoad(w_tex, vec2<u32>(2u * {{ b }} + 1u, {{ row }}), 0); let d{{ j }} = {{ dp }}.{{ "xy"[half] }};
+{% else %}
+let q{{ j }} = textureLoad(w_tex, vec2<u32>({{ b }}, {{ row }}), 0); let d{{ j }} = {{ dp }}.{{ "xy"[half] }};
 {% endif %}
 {% endmacro %}
 {% macro load_block(format, j, blk) %}

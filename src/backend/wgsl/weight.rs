@@ -23,7 +23,8 @@ pub struct GpuWeight {
 }
 
 /// Rows `row0..row0 + rows` of a weight as textures: `data` a texel
-/// (rgba32uint) per vec4 element of a row, `scales` a texel per block.
+/// (rgba32uint) per vec4 element of a row, `scales` a texel per block, or
+/// per two blocks (`scale_pairs`).
 #[derive(Clone, Debug)]
 pub struct WeightTex {
     pub row0: u32,
@@ -68,10 +69,20 @@ fn textures(ctx: &GpuContext, r: &Repacked, label: &str) -> Vec<WeightTex> {
         return Vec::new();
     }
     let (drb, srb) = (r.data.len() / r.n, r.scales.len() / r.n);
-    let scale_format = match r.format.scale_floats() {
-        2 => wgpu::TextureFormat::Rg32Float,
-        4 => wgpu::TextureFormat::Rgba32Float,
+    let pairs = scale_pairs(r.format);
+    let scale_format = match (r.format.scale_floats(), pairs) {
+        (1, true) | (2, _) => wgpu::TextureFormat::Rg32Float,
+        (4, _) => wgpu::TextureFormat::Rgba32Float,
         _ => wgpu::TextureFormat::R32Float,
+    };
+    // Scale pairs: a texel holds blocks 2i and 2i + 1, rows of an odd block
+    // count padded with a zero block.
+    let (scale_w, padded) = if pairs && blocks % 2 == 1 {
+        (blocks.div_ceil(2), srb + srb / blocks)
+    } else if pairs {
+        (blocks / 2, srb)
+    } else {
+        (blocks, srb)
     };
     (0..r.n)
         .step_by(max)
@@ -91,11 +102,27 @@ fn textures(ctx: &GpuContext, r: &Repacked, label: &str) -> Vec<WeightTex> {
                 ),
                 scales: r.format.is_quantized().then(|| {
                     let s = &r.scales[row0 * srb..(row0 + rows) * srb];
-                    texture(ctx, s, blocks as u32, rows as u32, scale_format, label)
+                    let s = if padded == srb {
+                        s.to_vec()
+                    } else {
+                        s.chunks(srb)
+                            .flat_map(|row| row.iter().copied().chain(std::iter::repeat_n(0, padded - srb)))
+                            .collect()
+                    };
+                    texture(ctx, &s, scale_w as u32, rows as u32, scale_format, label)
                 }),
             }
         })
         .collect()
+}
+
+/// Whether a format's scale texture holds two blocks a texel (gemm.wgsl's
+/// `pairs`: one fetch serves two blocks): Q4_0 and Q8_0, one float a block
+/// (lavapipe, `wllm profile`: the lm_head's Q8_0 gemm at one row 5.0 -> 4.1
+/// ms). Q4_1's (d, m) pairs stay a texel a block: four floats a texel
+/// fetched no faster than two twice.
+pub fn scale_pairs(format: WeightFormat) -> bool {
+    matches!(format, WeightFormat::Q4_0 | WeightFormat::Q8_0)
 }
 
 impl GpuWeight {
