@@ -151,7 +151,8 @@ fn gemm_rope_kv_with_norm_is_the_same_under_every_tile_and_close_to_rms_norm_the
         let g: Vec<f32> = rand_vec(&mut r, k).iter().map(|v| 1.0 + 0.5 * v).collect();
         let pos: Vec<u32> = (0..t as u32).map(|i| (i * 5 + 1) % 30).collect();
         let slots = 2 * t + 3;
-        let slot: Vec<u32> = (0..t as u32).map(|i| (i * 7 + 2) % slots as u32).collect();
+        // Distinct slots, in reverse order (two tokens on one slot would race).
+        let slot: Vec<u32> = (0..t as u32).map(|i| slots as u32 - 1 - 2 * i).collect();
         let (xb, gbuf, pb, sb) = (upload(&x), upload(&g), upload(&pos), upload(&slot));
         let table = upload(&rope_table(30, hdu, 10000.0));
         let rope = RopeArgs {
