@@ -42,8 +42,9 @@
 //   4 y:      (T, y_stride) f32, row t at y_off + t*y_stride (read_write)
 // Weights larger than one storage binding are bound window by window (rows
 //   row0.., y_off advanced by row0), one dispatch each.
-// Dispatch: workgroups (ceil(N / (TN*WG)), ceil(T / TM), 1); invocation
-//   (gid.x, gid.y) computes the TM x TN output tile at rows gid.y*TM, columns gid.x*TN.
+// Dispatch: workgroups (ceil(N / (TN*WG)), ceil((T - r0) / TM), 1); invocation
+//   (gid.x, gid.y) computes the TM x TN output tile at rows r0 + gid.y*TM, columns
+//   gid.x*TN (r0 > 0: the rows left after a pass of larger tiles).
 // Reduction order (batch invariance): every output element is one f32
 //   accumulator updated with fma in increasing k — floats: acc = fma(x_k, w_k, acc)
 //   for k = 0..Kp (zero padding past K); quantised: per block b in order,
@@ -71,6 +72,10 @@ struct Params {
     pairing: u32,
     max_pos: u32,
     eps: f32,      // norm prologue: the rms_norm's epsilon
+    r0: u32,       // the first row of this dispatch (rows r0 .. t)
+    _p0: u32,
+    _p1: u32,
+    _p2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -215,7 +220,7 @@ fn row_inv(ss: f32) -> f32 {
 {% endif %}
 @compute @workgroup_size({{ wg }})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-let n0 = gid.x * {{ tn }}u; let t0 = gid.y * {{ tm }}u;
+let n0 = gid.x * {{ tn }}u; let t0 = p.r0 + gid.y * {{ tm }}u;
 if (n0 >= p.n || t0 >= p.t) { return; }
 {% for i in range(tm) %}
   {% if x_tex %}

@@ -56,7 +56,8 @@ fn op_cost(name: &str, params: &[u8], bufs: &[wllm::gpu::Bound], keys: f64) -> (
     match family {
         // Y[t,n] = X[t,k] W[n,k]^T: the weight (and scales) once, x and y.
         "gemm" => {
-            let (t, n, k) = (at(0), at(1), at(2));
+            // Rows r0 (field 16) .. t of the batch: a pass of its row tiles.
+            let (t, n, k) = (at(0) - at(16), at(1), at(2));
             // gemm_{format}_...: the weight at binding 2 (and its scales at 3).
             let quantized = name.split('_').nth(1).is_some_and(|f| f.starts_with('Q'));
             let weights: u64 = bufs

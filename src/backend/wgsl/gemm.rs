@@ -57,6 +57,10 @@ pub struct GemmParams {
     pub max_pos: u32,
     /// Norm prologue only: the rms_norm's epsilon.
     pub eps: f32,
+    /// The first row of this dispatch (rows r0..t; a batch split into a
+    /// pass of large row tiles and one of small tiles for the rest).
+    pub r0: u32,
+    pub _pad: [u32; 3],
 }
 
 /// `w` array elements (vec4) per weight row.

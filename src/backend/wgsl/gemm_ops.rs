@@ -61,6 +61,14 @@ impl Kernels {
         pick_row_tile(&self.row_tiles(w), t, cols, self.min_workgroups)
     }
 
+    /// The passes a gemm of `t` rows runs, as (first row, row tile): the
+    /// `row_tile`, and where its last tile would run mostly empty, a second
+    /// pass of a smaller tile for the rows left (34 rows: 32 in 16-row tiles,
+    /// then 2 in a 4-row tile, instead of a third 16-row tile for 2 rows).
+    pub fn row_passes(&self, w: &GpuWeight, t: u32) -> Vec<(u32, u32)> {
+        split_rows(&self.row_tiles(w), t, self.row_tile(w, t))
+    }
+
     fn gemm_variant(&self, w: &GpuWeight, x: Rows, tm: u32, silu: bool, rope: bool) -> GemmVariant {
         let x_vec = w.k.is_multiple_of(8) && x.stride.is_multiple_of(4) && x.off.is_multiple_of(4);
         self.gemm_variant_of(w.format, tm, x_vec, silu, rope)
@@ -147,7 +155,7 @@ impl Kernels {
         t: u32,
         tm: u32,
     ) -> Result<(), GpuError> {
-        self.gemm_epilogue(enc, w, x, None, y, t, tm, &Epilogue::Plain)
+        self.gemm_epilogue(enc, w, x, None, y, t, &[(0, tm)], &Epilogue::Plain)
     }
 
     /// `gemm_residual` (y += X·Wᵀ) with the row tile `tm` chosen by the caller.
@@ -160,7 +168,7 @@ impl Kernels {
         t: u32,
         tm: u32,
     ) -> Result<(), GpuError> {
-        self.gemm_epilogue(enc, w, x, None, y, t, tm, &Epilogue::Residual)
+        self.gemm_epilogue(enc, w, x, None, y, t, &[(0, tm)], &Epilogue::Residual)
     }
 
     /// Whether gemms can take the rms_norm of x rows of `d` floats: CPU
@@ -194,6 +202,25 @@ impl Kernels {
         tm: u32,
         norm: Option<NormArgs<wgpu::Buffer>>,
     ) -> Result<(), GpuError> {
+        self.gemm_rope_kv_passes(enc, w, x, qkv, rope, kv, q_heads, slot_mapping, t, &[(0, tm)], norm)
+    }
+
+    /// `gemm_rope_kv` in the row passes given (`row_passes`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn gemm_rope_kv_passes(
+        &self,
+        enc: &mut StepEncoder,
+        w: &GpuWeight,
+        x: Rows,
+        qkv: Rows,
+        rope: RopeArgs<wgpu::Buffer>,
+        kv: PagedKv,
+        q_heads: u32,
+        slot_mapping: &wgpu::Buffer,
+        t: u32,
+        passes: &[(u32, u32)],
+        norm: Option<NormArgs<wgpu::Buffer>>,
+    ) -> Result<(), GpuError> {
         let (q_w, kv_w) = (q_heads * kv.head_dim, kv.kv_heads * kv.head_dim);
         if w.n as u32 != q_w + 2 * kv_w || !kv.head_dim.is_multiple_of(2) {
             return Err(GpuError::Limit(format!(
@@ -206,16 +233,18 @@ impl Kernels {
             // Caches as textures: the epilogue writes whole texels, groups of
             // 8 W rows; where the tile or windows do not allow it, the gemm
             // and rope_cache_write run one after the other.
-            let v = self.gemm_variant(w, x, tm, false, true);
+            let tn_aligned = passes
+                .iter()
+                .all(|&(_, tm)| self.gemm_variant(w, x, tm, false, true).tn.is_multiple_of(8));
             let starts: Vec<u32> = if self.cpu_shapes && !w.tex.is_empty() {
                 w.tex.iter().map(|t| t.row0).collect()
             } else {
                 let windows = w.windows(self.binding_limit, self.storage_align())?;
                 windows.iter().map(|b| b.row0).collect()
             };
-            let aligned = v.tn.is_multiple_of(8) && kv.head_dim.is_multiple_of(8);
+            let aligned = tn_aligned && kv.head_dim.is_multiple_of(8);
             if !aligned || starts.iter().any(|r| !r.is_multiple_of(8)) {
-                self.gemm_epilogue(enc, w, x, norm, qkv, t, tm, &Epilogue::Plain)?;
+                self.gemm_epilogue(enc, w, x, norm, qkv, t, passes, &Epilogue::Plain)?;
                 return crate::backend::Backend::rope_cache_write(
                     self,
                     enc,
@@ -236,7 +265,7 @@ impl Kernels {
             slot_mapping,
             kv_tex,
         };
-        self.gemm_epilogue(enc, w, x, norm, qkv, t, tm, &ep)
+        self.gemm_epilogue(enc, w, x, norm, qkv, t, passes, &ep)
     }
 
     /// `gemm_silu_mul` with the row tile `tm` chosen by the caller.
@@ -257,11 +286,13 @@ impl Kernels {
                 w.n
             )));
         }
-        self.gemm_epilogue(enc, w, x, norm, y, t, tm, &Epilogue::SiluMul)
+        self.gemm_epilogue(enc, w, x, norm, y, t, &[(0, tm)], &Epilogue::SiluMul)
     }
 
+    /// The gemm of `t` rows of x with its epilogue, in the row `passes` given
+    /// (first row, row tile), window by window.
     #[allow(clippy::too_many_arguments)]
-    fn gemm_epilogue(
+    pub(super) fn gemm_epilogue(
         &self,
         enc: &mut StepEncoder,
         w: &GpuWeight,
@@ -269,11 +300,12 @@ impl Kernels {
         norm: Option<NormArgs<wgpu::Buffer>>,
         y: Rows,
         t: u32,
-        tm: u32,
+        passes: &[(u32, u32)],
         ep: &Epilogue,
     ) -> Result<(), GpuError> {
         let silu = matches!(ep, Epilogue::SiluMul);
         let rope = matches!(ep, Epilogue::Rope { .. });
+        let tm = passes.first().map_or(1, |&(_, tm)| tm);
         let mut v = self.gemm_variant(w, x, tm, silu, rope);
         // Textures on CPU adapters; the GPU shapes read buffers (and are
         // tested that way on lavapipe too).
@@ -306,7 +338,17 @@ impl Kernels {
             None => Bound::Buf(BufSlice::whole(x.buf)),
         };
         v.kv_tex = matches!(ep, Epilogue::Rope { kv_tex: Some(_), .. });
-        let kernel = self.gemm_kernel(v)?;
+        let kernels = passes
+            .iter()
+            .map(|&(r0, tm)| {
+                let pass = GemmVariant {
+                    tm,
+                    tn: self.gemm_variant(w, x, tm, silu, rope).tn,
+                    ..v
+                };
+                Ok((r0, tm, self.gemm_kernel(pass)?))
+            })
+            .collect::<Result<Vec<_>, GpuError>>()?;
         let windows: Vec<(u32, u32, Vec<Bound>)> = if v.w_tex {
             let tex = w.tex.iter();
             tex.map(|t| {
@@ -373,10 +415,37 @@ impl Kernels {
                 p.eps = *eps;
                 bufs.push(g.clone());
             }
-            let cols = rows.div_ceil(v.tn * v.wg);
-            enc.dispatch_bound(&kernel, bytemuck::bytes_of(&p), bufs, [cols, t.div_ceil(v.tm), 1]);
+            for (i, (r0, tm, kernel)) in kernels.iter().enumerate() {
+                let end = kernels.get(i + 1).map_or(t, |k| k.0);
+                let tn = self.gemm_variant(w, x, *tm, silu, rope).tn;
+                let cols = rows.div_ceil(tn * v.wg);
+                let pass = GemmParams { t: end, r0: *r0, ..p };
+                let b = if i + 1 == kernels.len() {
+                    std::mem::take(&mut bufs)
+                } else {
+                    bufs.clone()
+                };
+                enc.dispatch_bound(
+                    kernel,
+                    bytemuck::bytes_of(&pass),
+                    b,
+                    [cols, (end - r0).div_ceil(*tm), 1],
+                );
+            }
         }
         Ok(())
+    }
+}
+
+/// `Kernels::row_passes` for `tiles` (ascending), `t` rows and the row tile `tm`.
+fn split_rows(tiles: &[u32], t: u32, tm: u32) -> Vec<(u32, u32)> {
+    let rest = t % tm;
+    let main = t - rest;
+    // Not the one-row (decode) tile: a pass of it reads the weights for one
+    // row, which costs about what a 4-row pass does.
+    match tiles.iter().copied().find(|&m| m >= rest.max(4)) {
+        Some(small) if main > 0 && rest > 0 && small < tm => vec![(0, tm), (main, small)],
+        _ => vec![(0, tm)],
     }
 }
 
@@ -392,7 +461,31 @@ fn pick_row_tile(tiles: &[u32], t: u32, cols: u32, min_workgroups: u32) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::pick_row_tile;
+    use super::{pick_row_tile, split_rows};
+
+    #[test]
+    fn rows_past_the_last_full_tile_take_a_smaller_tile() {
+        let tiles = [1, 4, 8, 16];
+        assert_eq!(split_rows(&tiles, 34, 16), vec![(0, 16), (32, 4)]);
+        assert_eq!(split_rows(&tiles, 519, 16), vec![(0, 16), (512, 8)]);
+        // Whole tiles, one tile, or a rest that needs the full tile: one pass.
+        for (t, tm) in [
+            (32, 16),
+            (512, 16),
+            (16, 16),
+            (9, 16),
+            (1, 1),
+            (7, 8),
+            (30, 16),
+            (12, 4),
+        ] {
+            assert_eq!(split_rows(&tiles, t, tm), vec![(0, tm)], "t = {t}");
+        }
+        assert_eq!(split_rows(&tiles, 33, 16), vec![(0, 16), (32, 4)]);
+        assert_eq!(split_rows(&tiles, 21, 8), vec![(0, 8)]);
+        assert_eq!(split_rows(&tiles, 19, 8), vec![(0, 8), (16, 4)]);
+        assert_eq!(split_rows(&tiles, 13, 4), vec![(0, 4)]);
+    }
 
     #[test]
     fn row_tile_holds_the_rows_then_spreads_narrow_gemms() {

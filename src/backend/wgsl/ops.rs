@@ -4,7 +4,7 @@
 //! steps reuse their bind groups (`Kernels::bind_cache`).
 
 use super::embed::EmbedParams;
-use super::{GpuWeight, Kernels, PagedKv, Rows, kv_tex};
+use super::{GpuWeight, Kernels, PagedKv, Rows, gemm_ops, kv_tex};
 use crate::backend::{Backend, MaskedArgmax, NormArgs, RopeArgs, RopePairing, WeightInfo};
 use crate::gpu::{Bound, BufSlice, GpuError, StepEncoder};
 use crate::quant::{Repacked, WeightFormat};
@@ -159,7 +159,16 @@ impl Backend for Kernels {
     }
 
     fn gemm(&self, enc: &mut StepEncoder, w: &GpuWeight, x: Rows, y: Rows, t: u32) -> Result<(), GpuError> {
-        self.gemm_with(enc, w, x, y, t, self.row_tile(w, t))
+        self.gemm_epilogue(
+            enc,
+            w,
+            x,
+            None,
+            y,
+            t,
+            &self.row_passes(w, t),
+            &gemm_ops::Epilogue::Plain,
+        )
     }
 
     fn fuses_gate_up(&self) -> bool {
@@ -171,7 +180,16 @@ impl Backend for Kernels {
     }
 
     fn gemm_residual(&self, enc: &mut StepEncoder, w: &GpuWeight, x: Rows, y: Rows, t: u32) -> Result<(), GpuError> {
-        self.gemm_residual_with(enc, w, x, y, t, self.row_tile(w, t))
+        self.gemm_epilogue(
+            enc,
+            w,
+            x,
+            None,
+            y,
+            t,
+            &self.row_passes(w, t),
+            &gemm_ops::Epilogue::Residual,
+        )
     }
 
     fn gemm_silu_mul(
@@ -183,7 +201,16 @@ impl Backend for Kernels {
         out: Rows,
         t: u32,
     ) -> Result<(), GpuError> {
-        self.gemm_silu_mul_with(enc, w, x, out, t, self.row_tile(w, t), norm)
+        self.gemm_epilogue(
+            enc,
+            w,
+            x,
+            norm,
+            out,
+            t,
+            &self.row_passes(w, t),
+            &gemm_ops::Epilogue::SiluMul,
+        )
     }
 
     fn fuses_qkv_rope(&self) -> bool {
@@ -203,8 +230,8 @@ impl Backend for Kernels {
         slot_mapping: &wgpu::Buffer,
         t: u32,
     ) -> Result<(), GpuError> {
-        let tm = self.row_tile(w, t);
-        self.gemm_rope_kv_with(enc, w, x, qkv, rope, kv, q_heads, slot_mapping, t, tm, norm)
+        let passes = self.row_passes(w, t);
+        self.gemm_rope_kv_passes(enc, w, x, qkv, rope, kv, q_heads, slot_mapping, t, &passes, norm)
     }
 
     fn rope_cache_write(
