@@ -441,10 +441,11 @@ impl Kernels {
 fn split_rows(tiles: &[u32], t: u32, tm: u32) -> Vec<(u32, u32)> {
     let rest = t % tm;
     let main = t - rest;
-    // Not the one-row (decode) tile: a pass of it reads the weights for one
-    // row, which costs about what a 4-row pass does.
+    // A 4- or 8-row tile: not the one-row (decode) tile, whose pass reads
+    // the weights for one row, about what a 4-row pass costs; and the tiles
+    // the engine's warm-up (steps of 4 and 8 rows) compiles for every gemm.
     match tiles.iter().copied().find(|&m| m >= rest.max(4)) {
-        Some(small) if main > 0 && rest > 0 && small < tm => vec![(0, tm), (main, small)],
+        Some(small) if main > 0 && rest > 0 && small < tm && small <= 8 => vec![(0, tm), (main, small)],
         _ => vec![(0, tm)],
     }
 }
@@ -452,7 +453,12 @@ fn split_rows(tiles: &[u32], t: u32, tm: u32) -> Vec<(u32, u32)> {
 /// `Kernels::row_tile` for `tiles` (ascending), `t` rows and `cols`
 /// workgroup columns.
 fn pick_row_tile(tiles: &[u32], t: u32, cols: u32, min_workgroups: u32) -> u32 {
-    let mut i = tiles.iter().position(|&m| m >= t).unwrap_or(tiles.len() - 1);
+    let Some(mut i) = tiles.iter().position(|&m| m >= t) else {
+        // More rows than the largest tile holds: the largest (the rows make
+        // the workgroups; and the engine's warm-up, whose largest step is
+        // 64 rows, compiles the tiles serving uses).
+        return *tiles.last().expect("at least one tile");
+    };
     while i > 0 && tiles[i - 1] >= 8 && cols * t.div_ceil(tiles[i]) < min_workgroups {
         i -= 1;
     }
@@ -485,6 +491,10 @@ mod tests {
         assert_eq!(split_rows(&tiles, 21, 8), vec![(0, 8)]);
         assert_eq!(split_rows(&tiles, 19, 8), vec![(0, 8), (16, 4)]);
         assert_eq!(split_rows(&tiles, 13, 4), vec![(0, 4)]);
+        // Float weights' 32-row tile: a rest of 9 to 16 rows keeps the tile.
+        let float_tiles = [1, 4, 8, 16, 32];
+        assert_eq!(split_rows(&float_tiles, 45, 32), vec![(0, 32)]);
+        assert_eq!(split_rows(&float_tiles, 40, 32), vec![(0, 32), (32, 8)]);
     }
 
     #[test]
@@ -500,8 +510,10 @@ mod tests {
         assert_eq!(pick_row_tile(&tiles, 16, 1, 64), 8);
         assert_eq!(pick_row_tile(&tiles, 8, 1, 64), 8);
         assert_eq!(pick_row_tile(&tiles, 3, 1, 64), 4);
-        // Many rows already make enough workgroups.
+        // Many rows already make enough workgroups; more than the largest
+        // tile holds: the largest.
         assert_eq!(pick_row_tile(&tiles, 64, 3, 6), 16);
+        assert_eq!(pick_row_tile(&tiles, 20, 1, 64), 16);
         // GPUs (min 1) keep the fitting tile.
         assert_eq!(pick_row_tile(&tiles, 16, 1, 1), 16);
     }
