@@ -29,6 +29,13 @@
 // and sums x² from the same loads (one fma chain a row, in increasing k: the
 // same for every tile), and inv scales each accumulator after it.
 // Epilogue `residual` (the o and down gemms): y += Y.
+// `x_lanes` (x a texture, quantised formats; CPU adapters): each lane fetches
+// one of a block's eight x texels (texel 8b + lane & 7; the norm weight the
+// same) and the lanes share them with subgroupBroadcast, one fetch where each
+// lane made eight. Every lane runs every block (no early return: columns and
+// rows are clamped and stores guarded), and the workgroup's lanes fill
+// subgroups of at least 8 (Kernels::x_lanes). The values, and so the bits,
+// are those of load_x8.
 //
 // Bindings:
 //   0 p:      Params (uniform)
@@ -87,6 +94,8 @@ struct Params {
 {% set scaled = w_tex and format in ["Q4_0", "Q4_1", "Q8_0"] %}
 {# Q4_0 and Q8_0 scale textures hold two blocks a texel (src/backend/wgsl/weight.rs, scale_pairs). #}
 {% set pairs = w_tex and format in ["Q4_0", "Q8_0"] %}
+{# x_lanes: the F8 of chunk 4b + sub from the texels the lanes fetched (lane l holds texel 8b + l). #}
+{% macro bc8(v, sub) %}F8(subgroupBroadcast({{ v }}, {{ 2 * sub }}u), subgroupBroadcast({{ v }}, {{ 2 * sub + 1 }}u)){% endmacro %}
 {% if x_tex %}
 {# x copied into a texture (CPU adapters): r is the row, a texel holds 4 floats. #}
 @group(0) @binding(1) var x_tex: texture_2d<f32>;
@@ -219,9 +228,11 @@ fn row_inv(ss: f32) -> f32 {
 }
 {% endif %}
 @compute @workgroup_size({{ wg }})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+fn main(@builtin(global_invocation_id) gid: vec3<u32>{% if x_lanes %}, @builtin(subgroup_invocation_id) lane: u32{% endif %}) {
 let n0 = gid.x * {{ tn }}u; let t0 = p.r0 + gid.y * {{ tm }}u;
+{% if not x_lanes %}
 if (n0 >= p.n || t0 >= p.t) { return; }
+{% endif %}
 {% for i in range(tm) %}
   {% if x_tex %}
 let r{{ i }} = min(t0 + {{ i }}u, p.t - 1u);
@@ -275,10 +286,18 @@ var s{{ i }}_{{ j }} = 0.0;
 var xs{{ i }} = 0.0;
     {% endfor %}
   {% endif %}
+  {% if x_lanes %}
+    {% if norm %}
+let gt = textureLoad(g_tex, vec2<u32>(8u * b + (lane & 7u), 0u), 0);
+    {% endif %}
+    {% for i in range(tm) %}
+let xt{{ i }} = textureLoad(x_tex, vec2<u32>(8u * b + (lane & 7u), r{{ i }}), 0);
+    {% endfor %}
+  {% endif %}
   {% for sub in range(4) %}
 {
     {% if norm %}
-let g = load_g8(4u * b + {{ sub }}u);
+let g = {{ bc8("gt", sub) if x_lanes else "load_g8(4u * b + " ~ sub ~ "u)" }};
       {% if scaled %}
 let gq = F8(g.a * {{ weights.x_scale(format, sub) }}, g.b * {{ weights.x_scale(format, sub) }});
       {% endif %}
@@ -286,7 +305,7 @@ let gq = F8(g.a * {{ weights.x_scale(format, sub) }}, g.b * {{ weights.x_scale(f
     {% for i in range(tm) %}
       {% if norm %}
 {# Normalised x: x·g (Σ of it for the min term: dot8), pre-scaled as x·(g·2^-k). #}
-let xr{{ i }} = load_x8(r{{ i }}, 4u * b + {{ sub }}u);
+let xr{{ i }} = {{ bc8("xt" ~ i, sub) if x_lanes else "load_x8(r" ~ i ~ ", 4u * b + " ~ sub ~ "u)" }};
 ss{{ i }} = sq8(xr{{ i }}, ss{{ i }});
         {% if with_min %}
 xs{{ i }} = xs{{ i }} + dot8(xr{{ i }}, g);
@@ -297,7 +316,7 @@ let xq{{ i }} = mul8(xr{{ i }}, gq);
 let x{{ i }} = mul8(xr{{ i }}, g);
         {% endif %}
       {% else %}
-let x{{ i }} = load_x8(r{{ i }}, 4u * b + {{ sub }}u);
+let x{{ i }} = {{ bc8("xt" ~ i, sub) if x_lanes else "load_x8(r" ~ i ~ ", 4u * b + " ~ sub ~ "u)" }};
         {% if with_min %}
 xs{{ i }} = xs{{ i }} + {% for l in lanes %}x{{ i }}.{{ l }}{{ " + " if not loop.last }}{% endfor %};
         {% endif %}

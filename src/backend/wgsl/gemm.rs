@@ -24,6 +24,11 @@ pub struct GemmVariant {
     pub w_tex: bool,
     /// x rows read from a texture they are copied into (`Kernels::x_texture`).
     pub x_tex: bool,
+    /// With `x_tex`, quantised formats: each lane fetches one texel of a
+    /// block's x row (and norm weight) and the lanes share them with
+    /// `subgroupBroadcast` (one texel fetch where each lane made eight;
+    /// the workgroup's lanes in subgroups of at least 8, `Kernels::x_lanes`).
+    pub x_lanes: bool,
     /// The rope epilogue (qkv rows, rotated pairs adjacent; TN even): rotates
     /// q and k and writes K and V to the paged cache too.
     pub rope: bool,
@@ -88,6 +93,7 @@ pub fn source(v: GemmVariant) -> Result<String, GpuError> {
             silu => v.silu,
             w_tex => v.w_tex,
             x_tex => v.x_tex,
+            x_lanes => v.x_lanes,
             rope => v.rope,
             kv_tex => v.kv_tex,
             norm => v.norm,
