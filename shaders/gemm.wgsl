@@ -94,6 +94,9 @@ struct Params {
 {% set scaled = w_tex and format in ["Q4_0", "Q4_1", "Q8_0"] %}
 {# Q4_0 and Q8_0 scale textures hold two blocks a texel (src/backend/wgsl/weight.rs, scale_pairs). #}
 {% set pairs = w_tex and format in ["Q4_0", "Q8_0"] %}
+{# Texels a weight unit takes (Q8 blocks and f32 chunks two, side by side in the lane-group layout). #}
+{% set parts = 2 if format in ["Q8_0", "Q8_16", "F32"] else 1 %}
+{% set wl = "wl * 2u" if parts == 2 else "wl" %}
 {# x_lanes: the F8 of chunk 4b + sub from the texels the lanes fetched (lane l holds texel 8b + l). #}
 {% macro bc8(v, sub) %}F8(subgroupBroadcast({{ v }}, {{ 2 * sub }}u), subgroupBroadcast({{ v }}, {{ 2 * sub + 1 }}u)){% endmacro %}
 {% if x_tex %}
@@ -228,10 +231,14 @@ fn row_inv(ss: f32) -> f32 {
 }
 {% endif %}
 @compute @workgroup_size({{ wg }})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>{% if x_lanes %}, @builtin(subgroup_invocation_id) lane: u32{% endif %}) {
+fn main(@builtin(global_invocation_id) gid: vec3<u32>{% if x_lanes %}, @builtin(subgroup_invocation_id) lane: u32{% endif %}{% if w_tex %}, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>{% endif %}) {
 let n0 = gid.x * {{ tn }}u; let t0 = p.r0 + gid.y * {{ tm }}u;
 {% if not x_lanes %}
 if (n0 >= p.n || t0 >= p.t) { return; }
+{% endif %}
+{% if w_tex %}
+{# The lane-group layout (weights.wgsl): this lane's texel columns, its group's first texture row. #}
+let wl = lid.x; let wy = wid.x * p.chunks;
 {% endif %}
 {% for i in range(tm) %}
   {% if x_tex %}
@@ -257,7 +264,7 @@ var a{{ i }}_{{ j }} = 0.0;
 {# Scale pairs: one scale fetch a column serves blocks bp and bp + 1 (the second guarded: odd block counts). #}
 for (var bp = 0u; bp < p.chunks; bp = bp + 2u) {
   {% for j in range(tn) %}
-let dp{{ j }} = textureLoad(s_tex, vec2<u32>(bp / 2u, c{{ j }}), 0);
+let dp{{ j }} = textureLoad(s_tex, vec2<u32>(wl + {{ j * wg }}u, wid.x * ((p.chunks + 1u) / 2u) + bp / 2u), 0);
   {% endfor %}
 {% else %}
 for (var bp = 0u; bp < p.chunks; bp = bp + 1u) {
@@ -271,9 +278,9 @@ if (bp + 1u < p.chunks) {
 let b = bp + {{ half }}u;
   {% for j in range(tn) %}
     {% if pairs %}
-{{ weights.load_block_tex_paired(format, j, "c" ~ j, "b", "dp" ~ j, half) -}}
+{{ weights.load_block_tex_paired(format, j, wl ~ " + " ~ j * wg * parts ~ "u", wl ~ " + " ~ (j * wg * parts + 1) ~ "u", "wy + b", "dp" ~ j, half) -}}
     {% elif w_tex %}
-{{ weights.load_block_tex(format, j, "c" ~ j, "b") -}}
+{{ weights.load_block_tex(format, j, wl ~ " + " ~ j * wg * parts ~ "u", wl ~ " + " ~ (j * wg * parts + 1) ~ "u", "wy + b", "vec2<u32>(wl + " ~ j * wg ~ "u, wy + b)") -}}
     {% else %}
 {{ weights.load_block(format, j, "c" ~ j ~ " * p.chunks + b") -}}
     {% endif %}
@@ -376,7 +383,7 @@ let x{{ i }} = load_x8(r{{ i }}, c);
     {% endif %}
   {% endfor %}
   {% for j in range(tn) %}
-let w{{ j }} = {{ "load_w8t(c" ~ j ~ ", c)" if w_tex else "load_w8(c" ~ j ~ " * p.w_row, c)" }};
+let w{{ j }} = {{ "load_w8t(" ~ wl ~ " + " ~ j * wg * parts ~ "u, " ~ wl ~ " + " ~ (j * wg * parts + 1) ~ "u, wy + c)" if w_tex else "load_w8(c" ~ j ~ " * p.w_row, c)" }};
     {% for i in range(tm) %}
       {% for l in lanes %}
 a{{ i }}_{{ j }} = fma(x{{ i }}.{{ l }}, w{{ j }}.{{ l }}, a{{ i }}_{{ j }});

@@ -101,43 +101,47 @@ fn load_w8(base: u32, c: u32) -> F8 { return dq_{{ format | lower }}(w[base + c]
 {% endmacro %}
 {#
   The same layouts read from textures (CPU adapters: llvmpipe loads a texel for
-  eight lanes at once, a storage element lane by lane): `w_tex` holds one row
-  of the weight per texel row, a texel per vec4 element (rgba32uint); `s_tex`
-  the scales, a texel per block (rg32float for Q4_1, rgba32float for Q8_16),
-  or for Q4_0 and Q8_0 a texel per two blocks (rg32float: d0, d1).
-  `tex_bindings` declares them with `load_w8t(row, c)` for float formats;
-  `load_block_tex` is `load_block` for block `b` of row `row`.
+  eight lanes at once, a storage element lane by lane), in the lane-group
+  layout of src/backend/wgsl/weight.rs (`WeightTex`): texture row
+  `g·units + u` holds unit u (block or chunk) of the group's rows, row
+  `l·tn + j` of the group at texel `(j·wg + l)·parts + p` for the unit's texel p;
+  `s_tex` the scales the same, a texel per block (rg32float for Q4_1,
+  rgba32float for Q8_16), or for Q4_0 and Q8_0 a texel per two blocks
+  (rg32float: d0, d1). The callers give texel columns `x0` (p = 0) and `x1`
+  (p = 1) and the texture row `y`: `tex_bindings` declares them with
+  `load_w8t(x0, x1, y)` for float formats; `load_block_tex` is `load_block`
+  for the unit at row `y`, its scale at `sc` (a vec2<u32>).
 #}
 {% macro tex_bindings(format, first) %}
 @group(0) @binding({{ first }}) var w_tex: texture_2d<u32>;
 {% if format == "F32" %}
-fn load_w8t(row: u32, c: u32) -> F8 {
-    return F8(bitcast<vec4<f32>>(textureLoad(w_tex, vec2<u32>(2u * c, row), 0)),
-              bitcast<vec4<f32>>(textureLoad(w_tex, vec2<u32>(2u * c + 1u, row), 0)));
+fn load_w8t(x0: u32, x1: u32, y: u32) -> F8 {
+    return F8(bitcast<vec4<f32>>(textureLoad(w_tex, vec2<u32>(x0, y), 0)),
+              bitcast<vec4<f32>>(textureLoad(w_tex, vec2<u32>(x1, y), 0)));
 }
 {% elif format == "F16" or format == "Bf16" %}
-fn load_w8t(row: u32, c: u32) -> F8 { return dq_{{ format | lower }}(textureLoad(w_tex, vec2<u32>(c, row), 0)); }
+fn load_w8t(x0: u32, x1: u32, y: u32) -> F8 { return dq_{{ format | lower }}(textureLoad(w_tex, vec2<u32>(x0, y), 0)); }
 {% else %}
 @group(0) @binding({{ first + 1 }}) var s_tex: texture_2d<f32>;
 {% endif %}
 {% endmacro %}
-{% macro load_block_tex(format, j, row, b) %}
+{% macro load_block_tex(format, j, x0, x1, y, sc) %}
 {% if format == "Q8_0" or format == "Q8_16" %}
-let qa{{ j }} = textureLoad(w_tex, vec2<u32>(2u * {{ b }}, {{ row }}), 0); let qb{{ j }} = textureLoad(w_tex, vec2<u32>(2u * {{ b }} + 1u, {{ row }}), 0); let d{{ j }} = textureLoad(s_tex, vec2<u32>({{ b }}, {{ row }}), 0){{ "" if format == "Q8_16" else ".x" }};
+let qa{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }}), 0); let qb{{ j }} = textureLoad(w_tex, vec2<u32>({{ x1 }}, {{ y }}), 0); let d{{ j }} = textureLoad(s_tex, {{ sc }}, 0){{ "" if format == "Q8_16" else ".x" }};
 {% else %}
-let q{{ j }} = textureLoad(w_tex, vec2<u32>({{ b }}, {{ row }}), 0); let d{{ j }} = textureLoad(s_tex, vec2<u32>({{ b }}, {{ row }}), 0).{{ "xy" if format == "Q4_1" else "x" }};
+let q{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }}), 0); let d{{ j }} = textureLoad(s_tex, {{ sc }}, 0).{{ "xy" if format == "Q4_1" else "x" }};
 {% endif %}
 {% endmacro %}
 {#
   `load_block_tex` where a scale texel holds two blocks (Q4_0, Q8_0):
-  block `b`'s data, and its scale from the texel `dp` already fetched, the
+  the block's data, and its scale from the texel `dp` already fetched, the
   first (`half` 0) or second block of the pair.
 #}
-{% macro load_block_tex_paired(format, j, row, b, dp, half) %}
+{% macro load_block_tex_paired(format, j, x0, x1, y, dp, half) %}
 {% if format == "Q8_0" %}
-let qa{{ j }} = textureLoad(w_tex, vec2<u32>(2u * {{ b }}, {{ row }}), 0); let qb{{ j }} = textureLoad(w_tex, vec2<u32>(2u * {{ b }} + 1u, {{ row }}), 0); let d{{ j }} = {{ dp }}.{{ "xy"[half] }};
+let qa{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }}), 0); let qb{{ j }} = textureLoad(w_tex, vec2<u32>({{ x1 }}, {{ y }}), 0); let d{{ j }} = {{ dp }}.{{ "xy"[half] }};
 {% else %}
-let q{{ j }} = textureLoad(w_tex, vec2<u32>({{ b }}, {{ row }}), 0); let d{{ j }} = {{ dp }}.{{ "xy"[half] }};
+let q{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }}), 0); let d{{ j }} = {{ dp }}.{{ "xy"[half] }};
 {% endif %}
 {% endmacro %}
 {% macro load_block(format, j, blk) %}

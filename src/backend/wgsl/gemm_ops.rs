@@ -180,6 +180,18 @@ impl Kernels {
         self.cpu_shapes && d > 0 && (d * 4).is_multiple_of(256) && d / 4 <= self.ctx.limits.max_texture_dimension_2d
     }
 
+    /// Whether the gemm of `w` reads its textures: their lane-group layout
+    /// (`WeightTex`) is that of every pass's tile (else it reads the storage
+    /// buffers: tiles set by `--gemm-tiles` unlike `GemmTiles::cpu`).
+    fn reads_textures(&self, w: &GpuWeight, x: Rows, passes: &[(u32, u32)], silu: bool, rope: bool) -> bool {
+        w.tex.first().is_some_and(|t| {
+            t.wg == self.tiles.wg
+                && passes
+                    .iter()
+                    .all(|&(_, tm)| self.gemm_variant(w, x, tm, silu, rope).tn == t.tn)
+        })
+    }
+
     /// Whether gemms with x in a texture share its texels across lanes
     /// (`GemmVariant::x_lanes`): subgroups of at least 8 lanes and workgroups
     /// of whole groups of 8, so that lanes 0-7 of every subgroup exist. On
@@ -250,7 +262,7 @@ impl Kernels {
             let tn_aligned = passes
                 .iter()
                 .all(|&(_, tm)| self.gemm_variant(w, x, tm, false, true).tn.is_multiple_of(8));
-            let starts: Vec<u32> = if self.cpu_shapes && !w.tex.is_empty() {
+            let starts: Vec<u32> = if self.cpu_shapes && self.reads_textures(w, x, passes, false, true) {
                 w.tex.iter().map(|t| t.row0).collect()
             } else {
                 let windows = w.windows(self.binding_limit, self.storage_align())?;
@@ -323,7 +335,7 @@ impl Kernels {
         let mut v = self.gemm_variant(w, x, tm, silu, rope);
         // Textures on CPU adapters; the GPU shapes read buffers (and are
         // tested that way on lavapipe too).
-        v.w_tex = self.cpu_shapes && !w.tex.is_empty();
+        v.w_tex = self.cpu_shapes && self.reads_textures(w, x, passes, silu, rope);
         let x_tex = if v.x_vec { self.x_texture(x, t) } else { None };
         v.x_tex = x_tex.is_some();
         v.x_lanes = v.x_tex && w.format.is_quantized() && self.x_lanes();

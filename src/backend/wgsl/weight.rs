@@ -4,6 +4,7 @@
 //! loads a storage element lane by lane: 3x the read rate in a probe).
 
 use super::gemm::w_row_len;
+use crate::config::GemmTiles;
 use crate::gpu::{Bound, BufSlice, GpuContext, GpuError};
 use crate::quant::{Repacked, WeightFormat};
 
@@ -22,13 +23,23 @@ pub struct GpuWeight {
     pub tex: Vec<WeightTex>,
 }
 
-/// Rows `row0..row0 + rows` of a weight as textures: `data` a texel
-/// (rgba32uint) per vec4 element of a row, `scales` a texel per block, or
-/// per two blocks (`scale_pairs`).
+/// Rows `row0..row0 + rows` of a weight as textures, laid out for the
+/// gemm's workgroups (CPU adapters, `GemmTiles::cpu`): a workgroup's `wg`
+/// lanes take `tn` columns each, so rows go in groups of `tn · wg`, and
+/// texture row `g · units + u` holds unit `u` (a quantised block, or a float
+/// chunk of 8) of every row of group `g`: row `g·tn·wg + l·tn + j` at texel
+/// `(j·wg + l)·parts + p` (`p` the unit's texel: Q8_0 and f32 take two). A
+/// block step of a workgroup then reads one contiguous run (3 KiB for Q4 at
+/// 24 x 8), which the CPU's prefetchers follow, where rows one texel row
+/// each were 192 streams. `scales` the same, a texel per block (Q4_1) or per
+/// two blocks (`scale_pairs`). Rows past the weight's are zero.
 #[derive(Clone, Debug)]
 pub struct WeightTex {
     pub row0: u32,
     pub rows: u32,
+    /// Columns a lane takes and lanes a workgroup has, the layout's group.
+    pub tn: u32,
+    pub wg: u32,
     pub data: Bound,
     pub scales: Option<Bound>,
 }
@@ -60,12 +71,62 @@ fn texture(ctx: &GpuContext, bytes: &[u8], width: u32, rows: u32, format: wgpu::
     }
 }
 
-/// `r` as texture windows, where the adapter can hold its rows (else none).
-fn textures(ctx: &GpuContext, r: &Repacked, label: &str) -> Vec<WeightTex> {
+/// A texture's rows as stored: `row_bytes` bytes of `units` units, in
+/// texels of `texel` bytes.
+struct RowLayout {
+    row_bytes: usize,
+    texel: usize,
+    units: usize,
+}
+
+/// Rows laid out as `rl`, in the lane-group layout of `WeightTex` for the
+/// `groups` of `tn · wg` rows.
+fn lane_groups(src: &[u8], rl: RowLayout, tn: usize, wg: usize, groups: std::ops::Range<usize>) -> Vec<u8> {
+    let RowLayout {
+        row_bytes,
+        texel,
+        units,
+    } = rl;
+    let (g0, groups) = (groups.start, groups.len());
+    let texels = row_bytes / texel;
+    let parts = texels / units;
+    let gw = tn * wg;
+    let rows = src.len() / row_bytes;
+    let mut out = vec![0u8; groups * units * parts * gw * texel];
+    for g in 0..groups {
+        for u in 0..units {
+            let line = (g * units + u) * parts * gw * texel;
+            for p in 0..parts {
+                for j in 0..tn {
+                    for l in 0..wg {
+                        let row = (g0 + g) * gw + l * tn + j;
+                        if row >= rows {
+                            continue;
+                        }
+                        let from = row * row_bytes + (u * parts + p) * texel;
+                        let to = line + ((j * wg + l) * parts + p) * texel;
+                        out[to..to + texel].copy_from_slice(&src[from..from + texel]);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `r` as texture windows in the lane-group layout for `tiles` (see
+/// `WeightTex`), where the adapter can hold a group (else none).
+fn textures(ctx: &GpuContext, r: &Repacked, label: &str, tiles: GemmTiles) -> Vec<WeightTex> {
     let max = ctx.limits.max_texture_dimension_2d as usize;
     let data_w = w_row_len(r.format, r.k);
-    let blocks = r.k / 32;
-    if r.n == 0 || data_w == 0 || data_w > max || blocks > max {
+    let (tn, wg) = (tiles.decode_tn as usize, tiles.wg as usize);
+    let gw = tn * wg;
+    let units = if r.format.is_quantized() {
+        r.k / 32
+    } else {
+        r.k.div_ceil(8)
+    };
+    if r.n == 0 || units == 0 || !data_w.is_multiple_of(units) {
         return Vec::new();
     }
     let (drb, srb) = (r.data.len() / r.n, r.scales.len() / r.n);
@@ -75,41 +136,62 @@ fn textures(ctx: &GpuContext, r: &Repacked, label: &str) -> Vec<WeightTex> {
         (4, _) => wgpu::TextureFormat::Rgba32Float,
         _ => wgpu::TextureFormat::R32Float,
     };
+    let scale_texel = match scale_format {
+        wgpu::TextureFormat::Rg32Float => 8,
+        wgpu::TextureFormat::Rgba32Float => 16,
+        _ => 4,
+    };
     // Scale pairs: a texel holds blocks 2i and 2i + 1, rows of an odd block
     // count padded with a zero block.
-    let (scale_w, padded) = if pairs && blocks % 2 == 1 {
-        (blocks.div_ceil(2), srb + srb / blocks)
-    } else if pairs {
-        (blocks / 2, srb)
+    let scale_units = if pairs { units.div_ceil(2) } else { units };
+    let scales: Vec<u8> = if pairs && units % 2 == 1 {
+        let padded = srb + srb / units;
+        r.scales
+            .chunks(srb)
+            .flat_map(|row| row.iter().copied().chain(std::iter::repeat_n(0, padded - srb)))
+            .collect()
     } else {
-        (blocks, srb)
+        r.scales.clone()
     };
-    (0..r.n)
-        .step_by(max)
-        .map(|row0| {
-            let rows = max.min(r.n - row0);
-            let data = &r.data[row0 * drb..(row0 + rows) * drb];
+    let parts = data_w / units;
+    let height = units.max(if r.format.is_quantized() { scale_units } else { 1 });
+    let groups_per_window = max / height;
+    if groups_per_window == 0 || parts * gw > max {
+        return Vec::new();
+    }
+    let groups = r.n.div_ceil(gw);
+    (0..groups)
+        .step_by(groups_per_window)
+        .map(|g0| {
+            let ng = groups_per_window.min(groups - g0);
+            let rl = RowLayout {
+                row_bytes: drb,
+                texel: 16,
+                units,
+            };
+            let data = lane_groups(&r.data, rl, tn, wg, g0..g0 + ng);
             WeightTex {
-                row0: row0 as u32,
-                rows: rows as u32,
+                row0: (g0 * gw) as u32,
+                rows: (ng * gw).min(r.n - g0 * gw) as u32,
+                tn: tn as u32,
+                wg: wg as u32,
                 data: texture(
                     ctx,
-                    data,
-                    data_w as u32,
-                    rows as u32,
+                    &data,
+                    (parts * gw) as u32,
+                    (ng * units) as u32,
                     wgpu::TextureFormat::Rgba32Uint,
                     label,
                 ),
                 scales: r.format.is_quantized().then(|| {
-                    let s = &r.scales[row0 * srb..(row0 + rows) * srb];
-                    let s = if padded == srb {
-                        s.to_vec()
-                    } else {
-                        s.chunks(srb)
-                            .flat_map(|row| row.iter().copied().chain(std::iter::repeat_n(0, padded - srb)))
-                            .collect()
+                    let srb = scales.len() / r.n;
+                    let rl = RowLayout {
+                        row_bytes: srb,
+                        texel: scale_texel,
+                        units: scale_units,
                     };
-                    texture(ctx, &s, scale_w as u32, rows as u32, scale_format, label)
+                    let s = lane_groups(&scales, rl, tn, wg, g0..g0 + ng);
+                    texture(ctx, &s, gw as u32, (ng * scale_units) as u32, scale_format, label)
                 }),
             }
         })
@@ -136,7 +218,7 @@ impl GpuWeight {
             data: mk(&r.data),
             scales: r.format.is_quantized().then(|| mk(&r.scales)),
             tex: if ctx.is_cpu() {
-                textures(ctx, r, label)
+                textures(ctx, r, label, GemmTiles::cpu())
             } else {
                 Vec::new()
             },
