@@ -318,3 +318,52 @@ fn gcd(a: u64, b: u64) -> u64 {
 fn lcm(a: u64, b: u64) -> u64 {
     a / gcd(a, b) * b
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every texel of every row lands where gemm.wgsl reads it: row
+    /// `g·tn·wg + l·tn + j`, unit `u`, part `p` at texture row `g·units + u`,
+    /// texel `(j·wg + l)·parts + p`; the last group's missing rows are zero.
+    #[test]
+    fn lane_groups_put_each_texel_where_the_gemm_reads_it() {
+        let (tn, wg, units, parts, texel) = (3usize, 2usize, 5usize, 2usize, 4usize);
+        let rows = 2 * tn * wg + 4; // three groups, the last short of two rows
+        let row_bytes = units * parts * texel;
+        // Each texel's bytes name its row, unit and part.
+        let src: Vec<u8> = (0..rows)
+            .flat_map(|r| (0..units * parts).flat_map(move |t| [r as u8, (t / parts) as u8, (t % parts) as u8, 1]))
+            .collect();
+        let rl = RowLayout {
+            row_bytes,
+            texel,
+            units,
+        };
+        let out = lane_groups(&src, rl, tn, wg, 1..3);
+        let width = parts * tn * wg;
+        assert_eq!(out.len(), 2 * units * width * texel);
+        for g in 0..2 {
+            for u in 0..units {
+                for j in 0..tn {
+                    for l in 0..wg {
+                        for p in 0..parts {
+                            let at = ((g * units + u) * width + (j * wg + l) * parts + p) * texel;
+                            let row = (1 + g) * tn * wg + l * tn + j;
+                            let want = if row < rows {
+                                [row as u8, u as u8, p as u8, 1]
+                            } else {
+                                [0; 4]
+                            };
+                            assert_eq!(
+                                out[at..at + texel],
+                                want,
+                                "group {g} unit {u} lane {l} column {j} part {p}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
