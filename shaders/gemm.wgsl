@@ -29,9 +29,9 @@
 // and sums x² from the same loads (one fma chain a row, in increasing k: the
 // same for every tile), and inv scales each accumulator after it.
 // Epilogue `residual` (the o and down gemms): y += Y.
-// `x_lanes` (x a texture, quantised formats; CPU adapters): each lane fetches
-// one of a block's eight x texels (texel 8b + lane & 7; the norm weight the
-// same) and the lanes share them with subgroupBroadcast, one fetch where each
+// `x_lanes` (x a texture; CPU adapters): each lane fetches one of a block's
+// eight x texels (texel 8b + lane & 7, float formats four chunks of 8 at a
+// time with K a multiple of 32; the norm weight the same) and the lanes share them with subgroupBroadcast, one fetch where each
 // lane made eight. Every lane runs every block (no early return: columns and
 // rows are clamped and stores guarded), and the workgroup's lanes fill
 // subgroups of at least 8 (Kernels::x_lanes). The values, and so the bits,
@@ -368,18 +368,31 @@ a{{ i }}_{{ j }} = fma(d{{ j }}, s{{ i }}_{{ j }}, a{{ i }}_{{ j }});
 {% endfor %}
 }
 {% else %}
-{# Floats: acc = fma(x_k, w_k, acc) for k in increasing order, 8 at a time. #}
-for (var c = 0u; c < p.chunks; c = c + 1u) {
+{# Floats: acc = fma(x_k, w_k, acc) for k in increasing order, 8 at a time
+   (x_lanes: four chunks a step, their x texels one a lane; K a multiple of 32). #}
+{% set fsubs = 4 if x_lanes else 1 %}
+for (var cb = 0u; cb < p.chunks; cb = cb + {{ fsubs }}u) {
+  {% if x_lanes %}
+    {% if norm %}
+let gt = textureLoad(g_tex, vec2<u32>(2u * cb + (lane & 7u), 0u), 0);
+    {% endif %}
+    {% for i in range(tm) %}
+let xt{{ i }} = textureLoad(x_tex, vec2<u32>(2u * cb + (lane & 7u), r{{ i }}), 0);
+    {% endfor %}
+  {% endif %}
+{% for sub in range(fsubs) %}
+{
+let c = cb + {{ sub }}u;
   {% if norm %}
-let g = load_g8(c);
+let g = {{ bc8("gt", sub) if x_lanes else "load_g8(c)" }};
   {% endif %}
   {% for i in range(tm) %}
     {% if norm %}
-let xr{{ i }} = load_x8(r{{ i }}, c);
+let xr{{ i }} = {{ bc8("xt" ~ i, sub) if x_lanes else "load_x8(r" ~ i ~ ", c)" }};
 ss{{ i }} = sq8(xr{{ i }}, ss{{ i }});
 let x{{ i }} = mul8(xr{{ i }}, g);
     {% else %}
-let x{{ i }} = load_x8(r{{ i }}, c);
+let x{{ i }} = {{ bc8("xt" ~ i, sub) if x_lanes else "load_x8(r" ~ i ~ ", c)" }};
     {% endif %}
   {% endfor %}
   {% for j in range(tn) %}
@@ -390,6 +403,8 @@ a{{ i }}_{{ j }} = fma(x{{ i }}.{{ l }}, w{{ j }}.{{ l }}, a{{ i }}_{{ j }});
       {% endfor %}
     {% endfor %}
   {% endfor %}
+}
+{% endfor %}
 }
 {% endif %}
 {% if norm %}

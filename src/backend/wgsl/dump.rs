@@ -48,7 +48,8 @@ impl Kernels {
                     let mut v = self.gemm_variant_of(format, tm, x_vec, silu, rope);
                     v.w_tex = self.cpu_shapes;
                     v.x_tex = self.cpu_shapes && x_vec;
-                    v.x_lanes = v.x_tex && format.is_quantized() && self.x_lanes();
+                    // (Float weights share x across lanes where K is a multiple of 32, as the model's.)
+                    v.x_lanes = v.x_tex && self.x_lanes();
                     // CPU adapters hold the KV cache as textures (kv_tex.rs).
                     v.kv_tex = rope && self.cpu_shapes && v.tn.is_multiple_of(8);
                     // CPU adapters fuse the layer's norms: the qkv and gate·up
@@ -199,14 +200,12 @@ mod tests {
                         assert_eq!(src.contains("row_inv(ss0)"), norm, "{v:?}");
                         assert_eq!(src.contains("= y[o0 + 0u] + a0_0"), !norm, "{v:?}");
                         validate(&format!("{v:?}"), &src);
-                        if format.is_quantized() {
-                            // x texels shared across the lanes (subgroups of 8 or more).
-                            let v = GemmVariant { x_lanes: true, ..v };
-                            let src = gemm::source(v).unwrap();
-                            assert!(src.contains("subgroupBroadcast(xt0, 7u)"), "{v:?}");
-                            assert!(!src.contains("load_x8(r0"), "{v:?}");
-                            validate(&format!("{v:?}"), &src);
-                        }
+                        // x texels shared across the lanes (subgroups of 8 or more).
+                        let v = GemmVariant { x_lanes: true, ..v };
+                        let src = gemm::source(v).unwrap();
+                        assert!(src.contains("subgroupBroadcast(xt0, 7u)"), "{v:?}");
+                        assert!(!src.contains("load_x8(r0"), "{v:?}");
+                        validate(&format!("{v:?}"), &src);
                     }
                 }
             }

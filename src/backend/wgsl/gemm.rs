@@ -24,8 +24,8 @@ pub struct GemmVariant {
     pub w_tex: bool,
     /// x rows read from a texture they are copied into (`Kernels::x_texture`).
     pub x_tex: bool,
-    /// With `x_tex`, quantised formats: each lane fetches one texel of a
-    /// block's x row (and norm weight) and the lanes share them with
+    /// With `x_tex` (float formats: K a multiple of 32): each lane fetches
+    /// one texel of a block's x row (and norm weight) and the lanes share them with
     /// `subgroupBroadcast` (one texel fetch where each lane made eight;
     /// the workgroup's lanes in subgroups of at least 8, `Kernels::x_lanes`).
     pub x_lanes: bool,

@@ -338,7 +338,8 @@ impl Kernels {
         v.w_tex = self.cpu_shapes && self.reads_textures(w, x, passes, silu, rope);
         let x_tex = if v.x_vec { self.x_texture(x, t) } else { None };
         v.x_tex = x_tex.is_some();
-        v.x_lanes = v.x_tex && w.format.is_quantized() && self.x_lanes();
+        // (Float formats step four chunks of 8 at a time there.)
+        v.x_lanes = v.x_tex && (w.format.is_quantized() || w.k.is_multiple_of(32)) && self.x_lanes();
         v.residual = matches!(ep, Epilogue::Residual);
         v.norm = norm.is_some();
         // The norm prologue reads x as a texture (`fuses_norm`).
