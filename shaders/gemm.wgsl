@@ -99,6 +99,15 @@ struct Params {
 {% set wl = "wl * 2u" if parts == 2 else "wl" %}
 {# x_lanes: the F8 of chunk 4b + sub from the texels the lanes fetched (lane l holds texel 8b + l). #}
 {% macro bc8(v, sub) %}F8(subgroupBroadcast({{ v }}, {{ 2 * sub }}u), subgroupBroadcast({{ v }}, {{ 2 * sub + 1 }}u)){% endmacro %}
+{# x_lanes: this lane's texel of the eight from texel `first` on, of the norm weight (gt) and each x row (xt{i}). #}
+{% macro lane_texels(first, tm, norm) %}
+  {% if norm %}
+let gt = textureLoad(g_tex, vec2<u32>({{ first }} + (lane & 7u), 0u), 0);
+  {% endif %}
+  {% for i in range(tm) %}
+let xt{{ i }} = textureLoad(x_tex, vec2<u32>({{ first }} + (lane & 7u), r{{ i }}), 0);
+  {% endfor %}
+{% endmacro %}
 {% if x_tex %}
 {# x copied into a texture (CPU adapters): r is the row, a texel holds 4 floats. #}
 @group(0) @binding(1) var x_tex: texture_2d<f32>;
@@ -294,12 +303,7 @@ var xs{{ i }} = 0.0;
     {% endfor %}
   {% endif %}
   {% if x_lanes %}
-    {% if norm %}
-let gt = textureLoad(g_tex, vec2<u32>(8u * b + (lane & 7u), 0u), 0);
-    {% endif %}
-    {% for i in range(tm) %}
-let xt{{ i }} = textureLoad(x_tex, vec2<u32>(8u * b + (lane & 7u), r{{ i }}), 0);
-    {% endfor %}
+{{ lane_texels("8u * b", tm, norm) -}}
   {% endif %}
   {% for sub in range(4) %}
 {
@@ -373,12 +377,7 @@ a{{ i }}_{{ j }} = fma(d{{ j }}, s{{ i }}_{{ j }}, a{{ i }}_{{ j }});
 {% set fsubs = 4 if x_lanes else 1 %}
 for (var cb = 0u; cb < p.chunks; cb = cb + {{ fsubs }}u) {
   {% if x_lanes %}
-    {% if norm %}
-let gt = textureLoad(g_tex, vec2<u32>(2u * cb + (lane & 7u), 0u), 0);
-    {% endif %}
-    {% for i in range(tm) %}
-let xt{{ i }} = textureLoad(x_tex, vec2<u32>(2u * cb + (lane & 7u), r{{ i }}), 0);
-    {% endfor %}
+{{ lane_texels("2u * cb", tm, norm) -}}
   {% endif %}
 {% for sub in range(fsubs) %}
 {

@@ -136,11 +136,7 @@ fn textures(ctx: &GpuContext, r: &Repacked, label: &str, tiles: GemmTiles) -> Ve
         (4, _) => wgpu::TextureFormat::Rgba32Float,
         _ => wgpu::TextureFormat::R32Float,
     };
-    let scale_texel = match scale_format {
-        wgpu::TextureFormat::Rg32Float => 8,
-        wgpu::TextureFormat::Rgba32Float => 16,
-        _ => 4,
-    };
+    let scale_texel = scale_format.block_copy_size(None).map_or(4, |b| b as usize);
     // Scale pairs: a texel holds blocks 2i and 2i + 1, rows of an odd block
     // count padded with a zero block.
     let scale_units = if pairs { units.div_ceil(2) } else { units };
