@@ -3,7 +3,8 @@
 # (a Vulkan driver — lavapipe where there is no GPU — the default model,
 # llama.cpp's gguf-py, the quantisation tests' reference, and Debian's chromium
 # for the browser tests of the server's pages), then runs the
-# whole test suite in release mode on the real adapter, and the
+# whole test suite in release mode on the real adapter (arguments go to
+# `cargo test`; without any, the binaries run as parallel processes), and the
 # cuda backend's tests (`--features cuda`): on a machine without an NVIDIA
 # device those compile its kernels with NVRTC (fetched from PyPI) and print why
 # the device comparisons skip.
@@ -35,7 +36,12 @@ if ! python3 -c "import gguf" 2>/dev/null; then
 fi
 # The test binaries open devices without the CLI's private runtime dir (src/main.rs).
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
-cargo test --release "$@"
+if [ $# -gt 0 ]; then
+  cargo test --release "$@"
+else
+  # Every test binary, as parallel processes (scripts/run_tests.py says why).
+  cargo test --release --no-run --message-format=json-render-diagnostics | python3 scripts/run_tests.py
+fi
 # In CI, a missing NVRTC or g++ fails the cuda tests instead of skipping them.
 if [ "${CI:-}" = true ]; then export WLLM_REQUIRE_CUDA_TOOLS=1; fi
 nvrtc="$(./scripts/fetch_nvrtc.sh)"

@@ -105,10 +105,10 @@ impl Kernels {
     }
 
     fn gemm_kernel(&self, v: GemmVariant) -> Result<Arc<Kernel>, GpuError> {
-        let mut cache = self.gemm.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(k) = cache.get(&v) {
-            return Ok(k.clone());
-        }
+        super::variant_kernel(&self.gemm, v, || self.compile_gemm(v))
+    }
+
+    fn compile_gemm(&self, v: GemmVariant) -> Result<Arc<Kernel>, GpuError> {
         let xb = if v.x_tex { Binding::TexF32 } else { R };
         let storage: &[Binding] = match (v.format.is_quantized(), v.w_tex) {
             (true, false) => &[xb, R, R, RW],
@@ -139,11 +139,7 @@ impl Kernels {
         let norm = if v.norm { "_norm" } else { "" };
         let res = if v.residual { "_res" } else { "" };
         let name = format!("gemm_{:?}_{}x{}{epilogue}{tex}{kv}{norm}{res}", v.format, v.tm, v.tn);
-        let k = self
-            .store
-            .kernel(&self.ctx.device, &name, &gemm::source(v)?, &storage)?;
-        cache.insert(v, k.clone());
-        Ok(k)
+        self.store.kernel(&self.ctx.device, &name, &gemm::source(v)?, &storage)
     }
 
     /// `gemm` with the row tile `tm` chosen by the caller (tests compare them all).

@@ -186,16 +186,11 @@ impl Kernels {
     }
 
     pub(crate) fn embed_kernel(&self, f: WeightFormat) -> Result<Arc<Kernel>, GpuError> {
-        let mut cache = self.embed.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(k) = cache.get(&f) {
-            return Ok(k.clone());
-        }
-        let storage: &[Binding] = if f.is_quantized() { &[R, R, R, RW] } else { &[R, R, RW] };
-        let k = self
-            .store
-            .kernel(&self.ctx.device, &format!("embed_{f:?}"), &embed::source(f)?, storage)?;
-        cache.insert(f, k.clone());
-        Ok(k)
+        variant_kernel(&self.embed, f, || {
+            let storage: &[Binding] = if f.is_quantized() { &[R, R, R, RW] } else { &[R, R, RW] };
+            self.store
+                .kernel(&self.ctx.device, &format!("embed_{f:?}"), &embed::source(f)?, storage)
+        })
     }
 
     /// The `paged_attention` variant for a head shape: on CPU adapters a workgroup
@@ -250,25 +245,38 @@ impl Kernels {
     }
 
     pub(crate) fn attention_kernel(&self, v: attention::AttentionVariant) -> Result<Arc<Kernel>, GpuError> {
-        let mut cache = self.attention.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(k) = cache.get(&v) {
-            return Ok(k.clone());
-        }
-        let kv = if v.kv_tex { "_kvtex" } else { "" };
-        let sg = if v.subgroups { "_sg" } else { "" };
-        let name = format!("paged_attention_{}x{}x{}x{}{kv}{sg}", v.head_dim, v.w, v.g, v.qt);
-        let tex = Binding::TexF32Array;
-        let storage = if v.kv_tex {
-            [R, tex, tex, R, R, R, RW]
-        } else {
-            [R, R, R, R, R, R, RW]
-        };
-        let k = self
-            .store
-            .kernel(&self.ctx.device, &name, &attention::source(v)?, &storage)?;
-        cache.insert(v, k.clone());
-        Ok(k)
+        variant_kernel(&self.attention, v, || {
+            let kv = if v.kv_tex { "_kvtex" } else { "" };
+            let sg = if v.subgroups { "_sg" } else { "" };
+            let name = format!("paged_attention_{}x{}x{}x{}{kv}{sg}", v.head_dim, v.w, v.g, v.qt);
+            let tex = Binding::TexF32Array;
+            let storage = if v.kv_tex {
+                [R, tex, tex, R, R, R, RW]
+            } else {
+                [R, R, R, R, R, R, RW]
+            };
+            self.store
+                .kernel(&self.ctx.device, &name, &attention::source(v)?, &storage)
+        })
     }
+}
+
+/// The kernel of variant `key` from `map`, made by `make` on first use. The
+/// map is not locked while `make` compiles, so threads compile different
+/// variants at once (tests and warm-ups on several cores); two threads that
+/// want the same variant get one pipeline, as `PipelineStore::kernel`
+/// compiles each source once.
+pub(crate) fn variant_kernel<K: std::hash::Hash + Eq>(
+    map: &Mutex<HashMap<K, Arc<Kernel>>>,
+    key: K,
+    make: impl FnOnce() -> Result<Arc<Kernel>, GpuError>,
+) -> Result<Arc<Kernel>, GpuError> {
+    let lock = || map.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(k) = lock().get(&key) {
+        return Ok(k.clone());
+    }
+    let k = make()?;
+    Ok(lock().entry(key).or_insert(k).clone())
 }
 
 /// `Kernels::min_workgroups` on CPU adapters: three a core (two left the
