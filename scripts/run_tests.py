@@ -72,7 +72,7 @@ def main():
     tests.sort(key=lambda t: -HINT_S.get(t[1], 30))
     # The doc-tests are cargo's own run; they go last, while others still run.
     tests.append(("doc-tests", "doc", None))
-    queue = list(tests)
+    queue = tests
     lock = threading.Lock()
     results = []
 

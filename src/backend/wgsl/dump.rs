@@ -48,8 +48,8 @@ impl Kernels {
                     let mut v = self.gemm_variant_of(format, tm, x_vec, silu, rope);
                     v.w_tex = self.cpu_shapes;
                     v.x_tex = self.cpu_shapes && x_vec;
-                    // (Float weights share x across lanes where K is a multiple of 32, as the model's.)
-                    v.x_lanes = v.x_tex && self.x_lanes();
+                    // (K: the model's hidden size, the heads' width.)
+                    v.x_lanes = v.x_tex && self.x_lanes(format, (heads * head_dim) as usize);
                     // CPU adapters hold the KV cache as textures (kv_tex.rs).
                     v.kv_tex = rope && self.cpu_shapes && v.tn.is_multiple_of(8);
                     // CPU adapters fuse the layer's norms: the qkv and gate·up

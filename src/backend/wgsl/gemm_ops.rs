@@ -194,9 +194,11 @@ impl Kernels {
     /// lavapipe a texel fetch is ~130 instructions for 8 lanes; one a block
     /// and 32 broadcasts replace eight (default model, `wllm profile`, A/B
     /// twice: decode at 16 rows 112.8-113.4 -> 102.6-104.6 ms a step, a
-    /// 512-token prefill 2389-2493 -> 2241-2296 ms).
-    pub fn x_lanes(&self) -> bool {
-        self.ctx.features.contains(wgpu::Features::SUBGROUP)
+    /// 512-token prefill 2389-2493 -> 2241-2296 ms). Float weights step four
+    /// chunks of 8 at a time there, so their K must be a multiple of 32.
+    pub fn x_lanes(&self, format: WeightFormat, k: usize) -> bool {
+        (format.is_quantized() || k.is_multiple_of(32))
+            && self.ctx.features.contains(wgpu::Features::SUBGROUP)
             && self.ctx.info.subgroup_min_size >= 8
             && self.tiles.wg.is_multiple_of(8)
     }
@@ -334,8 +336,7 @@ impl Kernels {
         v.w_tex = self.cpu_shapes && self.reads_textures(w, x, passes, silu, rope);
         let x_tex = if v.x_vec { self.x_texture(x, t) } else { None };
         v.x_tex = x_tex.is_some();
-        // (Float formats step four chunks of 8 at a time there.)
-        v.x_lanes = v.x_tex && (w.format.is_quantized() || w.k.is_multiple_of(32)) && self.x_lanes();
+        v.x_lanes = v.x_tex && self.x_lanes(w.format, w.k);
         v.residual = matches!(ep, Epilogue::Residual);
         v.norm = norm.is_some();
         // The norm prologue reads x as a texture (`fuses_norm`).
