@@ -1,5 +1,6 @@
 //! The layer's norms and residual adds fused into its gemms (CPU adapters,
-//! `Backend::fuses_norm`): the gate·up and qkv gemms normalise their x rows as
+//! `Backend::fuses_norm`; on GPUs the CPU shapes are forced to test them): the
+//! gate·up and qkv gemms normalise their x rows as
 //! they read them, the same bits under every row tile (so a row's result does
 //! not depend on its batch), close to `rms_norm` then the plain gemm and to a
 //! CPU reference; the residual epilogue adds exactly what `gemm` computes.
@@ -14,6 +15,17 @@ use wllm::model::rope::rope_table;
 use wllm::quant::{self, Repacked, WeightFormat};
 
 const EPS: f32 = 1e-5;
+
+/// Kernels in the CPU adapters' shapes, whose gemms fuse the norm: the
+/// adapter's own on lavapipe, forced on GPUs (which run rms_norm on its own).
+fn cpu_shaped() -> &'static Kernels {
+    static K: std::sync::OnceLock<Kernels> = std::sync::OnceLock::new();
+    K.get_or_init(|| {
+        let mut ks = Kernels::new(&kernels().ctx).unwrap_or_else(|e| panic!("{e}"));
+        ks.use_cpu_shapes();
+        ks
+    })
+}
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|f| f.to_bits()).collect()
@@ -44,10 +56,10 @@ fn cpu_rms_norm(x: &[f32], g: &[f32], k: usize) -> Vec<f64> {
 
 #[test]
 fn gemm_silu_mul_with_norm_is_the_same_under_every_tile_and_matches_the_cpu() {
-    let ks = kernels();
+    let ks = cpu_shaped();
     assert!(
         ks.fuses_norm(576) && !ks.fuses_norm(100),
-        "lavapipe fuses norms of 64-float multiples"
+        "CPU shapes fuse norms of 64-float multiples"
     );
     // Q4_1 (scaled, with the min term), Q4_0 (scaled), Q8_0, f16 (floats).
     let cases = [
@@ -127,7 +139,7 @@ fn gemm_silu_mul_with_norm_is_the_same_under_every_tile_and_matches_the_cpu() {
 
 #[test]
 fn gemm_rope_kv_with_norm_is_the_same_under_every_tile_and_close_to_rms_norm_then_gemm() {
-    let ks = kernels();
+    let ks = cpu_shaped();
     let cases = [
         (WeightFormat::Q4_1, 9u32, 3u32, 64u32, 7usize, RopePairing::Adjacent),
         (WeightFormat::F16, 3, 1, 16, 2, RopePairing::RotateHalf),

@@ -175,6 +175,14 @@ impl Kernels {
         self.min_workgroups = 1;
     }
 
+    /// Uses the kernel shapes chosen for CPU adapters whatever the adapter
+    /// (tests run the CPU variants, the fused norms among them, on GPUs this way).
+    pub fn use_cpu_shapes(&mut self) {
+        self.tiles = GemmTiles::cpu();
+        self.cpu_shapes = true;
+        self.min_workgroups = cpu_min_workgroups();
+    }
+
     /// A zeroed storage buffer of `bytes`.
     pub fn scratch(&self, bytes: u64) -> wgpu::Buffer {
         self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
