@@ -191,7 +191,7 @@ fn large_weights_are_bound_in_windows() {
     }
 }
 
-/// The tiles chosen for real GPUs (64-lane workgroups, 8x8 / 1x4 tiles) are run
+/// The tiles chosen for real GPUs (32-lane workgroups, 4x4 / 1x1 tiles) are run
 /// on this adapter too: same results as the CPU reference, same bits across tiles.
 #[test]
 fn gpu_shaped_gemm_matches_cpu() {
