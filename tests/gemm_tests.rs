@@ -148,6 +148,52 @@ fn gemm_is_batch_invariant() {
     }
 }
 
+/// A row-tile cap (the warm-up's choice, `set_row_tile_cap`) limits the
+/// tiles a batch takes and changes no bit of its result.
+#[test]
+fn a_row_tile_cap_limits_the_tiles_and_keeps_the_bits() {
+    let ks = wllm::backend::wgsl::Kernels::new(&kernels().ctx).unwrap();
+    let format = WeightFormat::Q4_1;
+    let (t, n, k) = (37usize, 200usize, 576usize);
+    let mut r = rng(12);
+    let (w, _) = rand_weight(&mut r, format, n, k);
+    let xb = upload(&rand_vec(&mut r, t * k));
+    let full = ks.row_tiles(&w);
+    let caps = ks.row_tile_caps(format);
+    assert!(caps.windows(2).all(|c| c[0] > c[1]), "largest first: {caps:?}");
+    assert!(
+        caps.iter().all(|c| full.contains(c) && *c >= 8),
+        "{caps:?} not of {full:?}"
+    );
+    if ks.cpu_shapes {
+        assert_eq!(
+            caps,
+            [16, 8],
+            "CPU adapters choose between 16- and 8-row quantised tiles"
+        );
+    }
+    let limits: Vec<u32> = full.iter().copied().filter(|&m| m >= 4).collect();
+    let outs: Vec<wgpu::Buffer> = (0..=limits.len()).map(|_| zeros(t * n)).collect();
+    let mut enc = encoder();
+    ks.gemm(&mut enc, &w, Rows::new(&xb, k), Rows::new(&outs[0], n), t as u32)
+        .unwrap();
+    for (&cap, out) in limits.iter().zip(&outs[1..]) {
+        ks.set_row_tile_cap(cap);
+        let want: Vec<u32> = full.iter().copied().filter(|&m| m <= cap).collect();
+        assert_eq!(ks.row_tiles(&w), want, "cap {cap}");
+        assert!(ks.row_tile(&w, t as u32) <= cap, "cap {cap}");
+        ks.gemm(&mut enc, &w, Rows::new(&xb, k), Rows::new(out, n), t as u32)
+            .unwrap();
+    }
+    ks.set_row_tile_cap(u32::MAX);
+    assert_eq!(ks.row_tiles(&w), full, "no cap");
+    let reads: Vec<(&wgpu::Buffer, usize)> = outs.iter().map(|b| (b, t * n)).collect();
+    let got = run_read(enc, &reads);
+    for (cap, out) in limits.iter().zip(&got[1..]) {
+        assert_eq!(bits(out), bits(&got[0]), "cap {cap}");
+    }
+}
+
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|f| f.to_bits()).collect()
 }

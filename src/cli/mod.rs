@@ -174,6 +174,9 @@ impl EngineArgs {
                 "warmed up the pipelines in {steps} steps, {:.1} s",
                 t.elapsed().as_secs_f64()
             );
+            if let Some(r) = &core.row_tile {
+                eprintln!("{}", r.describe());
+            }
         }
         let engine = wllm::Engine::from_core(core);
         eprintln!("device: {}", engine.adapter());

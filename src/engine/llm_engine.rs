@@ -47,6 +47,8 @@ pub struct LlmEngine {
     pub trace: Option<crate::trace::TraceRecorder>,
     /// The model file's name (for traces and pages).
     pub model_name: String,
+    /// The row tile the warm-up chose for batched gemms, with its timings.
+    pub row_tile: Option<super::warm_up::RowTileChoice>,
 }
 
 impl LlmEngine {
@@ -141,6 +143,7 @@ impl LlmEngine {
                 .model
                 .file_name()
                 .map_or_else(|| cfg.model.display().to_string(), |f| f.to_string_lossy().into()),
+            row_tile: None,
         };
         me.update_gauges();
         Ok(me)
@@ -209,59 +212,6 @@ impl LlmEngine {
 
     pub fn has_unfinished(&self) -> bool {
         self.scheduler.has_unfinished()
-    }
-
-    /// Builds every pipeline a server will need before its first request:
-    /// pipelines compile when first used, so this runs one throwaway step per
-    /// row count the gemm row tiles cover (1, 4, 8, 16 and 32 rows, within the
-    /// step budget): as that many one-token sequences where the sequence cap and
-    /// the pool allow (the LM head then runs on as many rows), else as one
-    /// sequence of that many tokens. The KV rows written are in free blocks,
-    /// which no request reads before rewriting them. Then it runs the same
-    /// steps again, timed, and 64 tokens of one sequence, to seed the step
-    /// cost `StepBudget` fits (so the first burst of requests already gets
-    /// stall-free steps). Does nothing once requests have been added. Returns
-    /// the steps run.
-    pub fn warm_up(&mut self) -> Result<usize, EngineError> {
-        let bs = self.plan.block_size;
-        if self.scheduler.has_unfinished() || self.scheduler.blocks.num_free_blocks() < self.plan.num_blocks {
-            return Ok(0);
-        }
-        let cfg = &self.scheduler.cfg;
-        let seqs = cfg.max_num_seqs.min(self.plan.num_blocks);
-        let ids = vec![0u32; 64];
-        let tables: Vec<Vec<u32>> = (0..seqs as u32).map(|b| vec![b]).collect();
-        let long_table: Vec<u32> = (0..64usize.div_ceil(bs) as u32).collect();
-        let mut steps = 0;
-        let sizes = [1usize, 4, 8, 16, 32];
-        let timed = sizes.iter().chain(&[64]).map(|&n| (n, true));
-        for (n, time) in sizes.iter().map(|&n| (n, false)).chain(timed) {
-            if n > cfg.max_num_batched_tokens || n.div_ceil(bs) > self.plan.num_blocks {
-                break;
-            }
-            fn one<'a>(ids: &'a [u32], table: &'a [u32], len: usize, bs: usize) -> SeqChunk<'a> {
-                SeqChunk {
-                    token_ids: &ids[..len],
-                    start: 0,
-                    len,
-                    block_table: &table[..len.div_ceil(bs)],
-                    sample: true,
-                    logits_from: None,
-                }
-            }
-            let chunks: Vec<SeqChunk> = if n <= seqs {
-                tables[..n].iter().map(|t| one(&ids, t, 1, bs)).collect()
-            } else {
-                vec![one(&ids, &long_table, n, bs)]
-            };
-            let started = Instant::now();
-            self.runner.execute(&chunks, false)?;
-            if time {
-                self.budget.cost.observe(n, started.elapsed().as_secs_f64() * 1e3);
-            }
-            steps += 1;
-        }
-        Ok(steps)
     }
 
     /// Aborts a request, freeing its blocks now.

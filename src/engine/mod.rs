@@ -20,6 +20,7 @@ pub mod step_budget;
 mod step_buffers;
 mod stop_checker;
 mod tracing;
+mod warm_up;
 
 pub use block_manager::{BlockManager, BlockTable};
 pub use config::{EngineConfig, KvPlan};
@@ -36,3 +37,4 @@ pub use scheduler::{Scheduler, SchedulerConfig, SchedulerOutput};
 pub use sequence::{FinishReason, SeqId, SeqStatus, Sequence};
 pub use step_buffers::StepBuffers;
 pub use stop_checker::StopChecker;
+pub use warm_up::RowTileChoice;

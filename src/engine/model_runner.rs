@@ -5,7 +5,7 @@
 //! the engine.
 
 use super::{KvCache, StepBuffers};
-use crate::backend::Backend;
+use crate::backend::{Backend, WeightInfo};
 use crate::model::llama::{Forward, LlamaModel};
 use crate::model::{ModelConfig, ModelError, backend_err};
 
@@ -54,6 +54,10 @@ pub trait StepRunner: Send {
     fn config(&self) -> &ModelConfig;
     /// Pipelines compiled on the device so far.
     fn pipeline_stats(&self) -> crate::gpu::PipelineStats;
+    /// The row-tile caps worth timing for the model's layer gemms (`Backend::row_tile_caps`).
+    fn row_tile_caps(&self) -> Vec<u32>;
+    /// Caps the row tile of batched gemms (`Backend::set_row_tile_cap`).
+    fn set_row_tile_cap(&self, cap: u32);
 }
 
 /// Runs the model over the paged cache.
@@ -88,6 +92,15 @@ impl<B: Backend> StepRunner for ModelRunner<B> {
     }
     fn pipeline_stats(&self) -> crate::gpu::PipelineStats {
         self.kernels.pipeline_stats()
+    }
+    fn row_tile_caps(&self) -> Vec<u32> {
+        match self.model.layers.first() {
+            Some(l) => self.kernels.row_tile_caps(l.down.format()),
+            None => Vec::new(),
+        }
+    }
+    fn set_row_tile_cap(&self, cap: u32) {
+        self.kernels.set_row_tile_cap(cap);
     }
 }
 

@@ -5,6 +5,7 @@
 //! the row tile for their batch, the tests with every tile.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use super::gemm::{self, GemmParams, GemmVariant};
 use super::{Binding, Bound, BufSlice, GpuError, GpuWeight, Kernel, Kernels, PagedKv, R, RW, RopeArgs, Rows, ops};
@@ -38,16 +39,49 @@ impl Kernels {
         self.row_tiles_of(w.format)
     }
 
-    /// The row tiles of a weight format (see `row_tiles`).
+    /// The row tiles of a weight format (see `row_tiles`), up to the row-tile
+    /// cap the warm-up chose (`set_row_tile_cap`).
     pub fn row_tiles_of(&self, format: WeightFormat) -> Vec<u32> {
-        let max = if format.is_quantized() {
+        row_tiles_upto(self.prefill_tile(format).min(self.row_tile_cap()))
+    }
+
+    /// The largest row tile of a weight format before any cap.
+    fn prefill_tile(&self, format: WeightFormat) -> u32 {
+        if format.is_quantized() {
             self.tiles.quant_prefill_tm
         } else {
             self.tiles.prefill_tm
-        };
-        let mut v: Vec<u32> = [1, 4, 8, 16].into_iter().filter(|&m| m < max).collect();
-        v.push(max);
-        v
+        }
+    }
+
+    /// The row-tile caps worth timing for batched gemms over `format`
+    /// weights, largest first: the tiles of 8 rows or more, where the
+    /// adapter's tiles were not given (`--gemm-tiles`). Which is fastest
+    /// depends on the CPU more than the tile sizes suggest: llvmpipe spills
+    /// a 16x24 tile's 384 accumulators a lane (on an AMD EPYC, Zen 4: a
+    /// 128-token prefill of the default model 1494 ms in 16-row tiles, 688-940
+    /// ms in 8-row tiles, `wllm profile`), while 16 rows won where they were
+    /// chosen. Every tile gives the same bits, so only speed differs.
+    pub fn row_tile_caps(&self, format: WeightFormat) -> Vec<u32> {
+        if self.tiles_given {
+            return Vec::new();
+        }
+        let mut v: Vec<u32> = row_tiles_upto(self.prefill_tile(format))
+            .into_iter()
+            .filter(|&m| m >= 8)
+            .collect();
+        v.reverse();
+        if v.len() > 1 { v } else { Vec::new() }
+    }
+
+    /// Caps the row tile of batched gemms at `cap` rows (`u32::MAX`: no cap).
+    pub fn set_row_tile_cap(&self, cap: u32) {
+        self.row_cap.store(cap.max(1), Ordering::Relaxed);
+    }
+
+    /// The row-tile cap in force (`u32::MAX`: none).
+    pub fn row_tile_cap(&self) -> u32 {
+        self.row_cap.load(Ordering::Relaxed)
     }
 
     /// The row tile for `t` rows: the smallest that holds them, else the
@@ -460,6 +494,13 @@ impl Kernels {
         }
         Ok(())
     }
+}
+
+/// The row tiles up to `max`: 1 for decodes, 4 / 8 / 16 below it, then `max`.
+fn row_tiles_upto(max: u32) -> Vec<u32> {
+    let mut v: Vec<u32> = [1, 4, 8, 16].into_iter().filter(|&m| m < max).collect();
+    v.push(max);
+    v
 }
 
 /// `Kernels::row_passes` for `tiles` (ascending), `t` rows and the row tile `tm`.

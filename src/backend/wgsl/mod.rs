@@ -17,6 +17,7 @@ pub mod templates;
 mod weight;
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 
 use wgpu::util::DeviceExt;
@@ -66,6 +67,11 @@ pub struct Kernels {
     /// thread's share of a dispatch, so a narrow weight at a small batch (the
     /// o and down gemms at 16 rows: 3 workgroups) leaves cores idle. 1 on GPUs.
     pub min_workgroups: u32,
+    /// The largest row tile batched gemms may take (`u32::MAX`: the tiles'
+    /// own), set by the engine's warm-up from timed steps (`Backend::set_row_tile_cap`).
+    row_cap: AtomicU32,
+    /// Whether the tiles were given (`--gemm-tiles`): then nothing is tuned.
+    tiles_given: bool,
     pub(crate) rms_norm: Arc<Kernel>,
     pub(crate) rope: Arc<Kernel>,
     pub(crate) rope_cache_write: Arc<Kernel>,
@@ -123,6 +129,8 @@ impl Kernels {
             tiles: tiles.unwrap_or_else(|| tiles_for(ctx)),
             cpu_shapes: ctx.is_cpu(),
             min_workgroups: if ctx.is_cpu() { cpu_min_workgroups() } else { 1 },
+            row_cap: AtomicU32::new(u32::MAX),
+            tiles_given: tiles.is_some(),
             rms_norm: k("rms_norm", templates::file("rms_norm.wgsl"), &[R, R, RW, R, RW])?,
             rope: k("rope", templates::file("rope.wgsl"), &[R, R, RW])?,
             rope_cache_write: k(

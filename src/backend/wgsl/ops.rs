@@ -179,6 +179,14 @@ impl Backend for Kernels {
         Kernels::fuses_norm(self, d)
     }
 
+    fn row_tile_caps(&self, format: WeightFormat) -> Vec<u32> {
+        Kernels::row_tile_caps(self, format)
+    }
+
+    fn set_row_tile_cap(&self, cap: u32) {
+        Kernels::set_row_tile_cap(self, cap);
+    }
+
     fn gemm_residual(&self, enc: &mut StepEncoder, w: &GpuWeight, x: Rows, y: Rows, t: u32) -> Result<(), GpuError> {
         self.gemm_epilogue(
             enc,

@@ -1,0 +1,146 @@
+//! The engine's warm-up, before a server's first request: one throwaway step
+//! per row count the gemm row tiles cover (so that serving compiles nothing),
+//! the row tile of batched gemms chosen by timing steps on this machine, and
+//! timed steps that seed the step cost `StepBudget` fits.
+
+use std::time::Instant;
+
+use super::EngineError;
+use super::llm_engine::LlmEngine;
+use super::model_runner::SeqChunk;
+
+/// Tokens of the step that times each row-tile cap (a prefill chunk's size).
+const TUNE_TOKENS: usize = 64;
+
+/// The row tile the warm-up chose for batched gemms.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowTileChoice {
+    /// The largest row tile batched gemms take.
+    pub cap: u32,
+    /// Each cap tried and its best time for a step of `tokens` tokens (ms).
+    pub times: Vec<(u32, f64)>,
+    pub tokens: usize,
+}
+
+impl RowTileChoice {
+    /// One line for the start-up log.
+    pub fn describe(&self) -> String {
+        let times: Vec<String> = self
+            .times
+            .iter()
+            .map(|(cap, ms)| format!("{cap} rows {ms:.0} ms"))
+            .collect();
+        format!(
+            "batched gemms in tiles of up to {} rows (a {}-token step: {})",
+            self.cap,
+            self.tokens,
+            times.join(", ")
+        )
+    }
+}
+
+impl LlmEngine {
+    /// Builds every pipeline a server will need before its first request:
+    /// pipelines compile when first used, so this runs one throwaway step per
+    /// row count the gemm row tiles cover (1, 4, 8, 16 and 32 rows, within the
+    /// step budget): as that many one-token sequences where the sequence cap and
+    /// the pool allow (the LM head then runs on as many rows), else as one
+    /// sequence of that many tokens. The KV rows written are in free blocks,
+    /// which no request reads before rewriting them. Where the backend offers
+    /// row-tile caps (`Backend::row_tile_caps`: CPU adapters), it times a
+    /// 64-token step under each, twice in turn, and keeps the fastest
+    /// (`row_tile`). Then it runs the first steps again, timed, and 64 tokens
+    /// of one sequence, to seed the step cost `StepBudget` fits (so the first
+    /// burst of requests already gets stall-free steps). Does nothing once
+    /// requests have been added. Returns the steps run.
+    pub fn warm_up(&mut self) -> Result<usize, EngineError> {
+        if self.scheduler.has_unfinished() || self.scheduler.blocks.num_free_blocks() < self.plan.num_blocks {
+            return Ok(0);
+        }
+        let sizes = [1usize, 4, 8, 16, 32];
+        let mut steps = 0;
+        for &n in &sizes {
+            if self.warm_step(n)?.is_none() {
+                break;
+            }
+            steps += 1;
+        }
+        steps += self.choose_row_tile()?;
+        for &n in sizes.iter().chain(&[TUNE_TOKENS]) {
+            let Some(ms) = self.warm_step(n)? else { break };
+            self.budget.cost.observe(n, ms);
+            steps += 1;
+        }
+        Ok(steps)
+    }
+
+    /// Times a `TUNE_TOKENS` step under each row-tile cap the runner offers,
+    /// twice in turn (the best of two), keeps the fastest and records it in
+    /// `row_tile`. Returns the steps run.
+    fn choose_row_tile(&mut self) -> Result<usize, EngineError> {
+        let caps = self.runner.row_tile_caps();
+        if caps.len() < 2 {
+            return Ok(0);
+        }
+        let mut best = vec![f64::INFINITY; caps.len()];
+        let mut steps = 0;
+        for _ in 0..2 {
+            for (i, &cap) in caps.iter().enumerate() {
+                self.runner.set_row_tile_cap(cap);
+                let Some(ms) = self.warm_step(TUNE_TOKENS)? else {
+                    // The step does not fit this engine's budget or pool: keep the tiles' own.
+                    self.runner.set_row_tile_cap(u32::MAX);
+                    return Ok(steps);
+                };
+                best[i] = best[i].min(ms);
+                steps += 1;
+            }
+        }
+        // The largest cap wins ties (caps are largest first).
+        let mut pick = 0;
+        for i in 1..caps.len() {
+            if best[i] < best[pick] {
+                pick = i;
+            }
+        }
+        self.runner.set_row_tile_cap(caps[pick]);
+        self.row_tile = Some(RowTileChoice {
+            cap: caps[pick],
+            times: caps.iter().copied().zip(best).collect(),
+            tokens: TUNE_TOKENS,
+        });
+        Ok(steps)
+    }
+
+    /// Runs one throwaway step of `n` rows (see `warm_up`) and returns its
+    /// time in ms, or `None` where `n` rows exceed the step budget or the pool.
+    fn warm_step(&mut self, n: usize) -> Result<Option<f64>, EngineError> {
+        let bs = self.plan.block_size;
+        let cfg = &self.scheduler.cfg;
+        if n > cfg.max_num_batched_tokens || n.div_ceil(bs) > self.plan.num_blocks {
+            return Ok(None);
+        }
+        let seqs = cfg.max_num_seqs.min(self.plan.num_blocks);
+        let ids = vec![0u32; n];
+        let tables: Vec<Vec<u32>> = if n <= seqs {
+            (0..n as u32).map(|b| vec![b]).collect()
+        } else {
+            vec![(0..n.div_ceil(bs) as u32).collect()]
+        };
+        let len = if n <= seqs { 1 } else { n };
+        let chunks: Vec<SeqChunk> = tables
+            .iter()
+            .map(|t| SeqChunk {
+                token_ids: &ids[..len],
+                start: 0,
+                len,
+                block_table: t,
+                sample: true,
+                logits_from: None,
+            })
+            .collect();
+        let started = Instant::now();
+        self.runner.execute(&chunks, false)?;
+        Ok(Some(started.elapsed().as_secs_f64() * 1e3))
+    }
+}
