@@ -48,7 +48,7 @@ pub struct LlmEngine {
     /// The model file's name (for traces and pages).
     pub model_name: String,
     /// The row tile the warm-up chose for batched gemms, with its timings.
-    pub row_tile: Option<super::warm_up::RowTileChoice>,
+    pub row_tile: Option<super::RowTileChoice>,
 }
 
 impl LlmEngine {

@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use super::EngineError;
-use super::llm_engine::LlmEngine;
+use super::LlmEngine;
 use super::model_runner::SeqChunk;
 
 /// Tokens of the step that times each row-tile cap (a prefill chunk's size).
