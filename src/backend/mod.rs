@@ -186,10 +186,10 @@ pub trait Backend: Send + 'static {
     /// Checks that `paged_attention` supports a head shape.
     fn prepare_attention(&self, head_dim: u32, heads: u32, kv_heads: u32) -> Result<(), Self::Error>;
 
-    /// The row-tile caps worth timing for batched gemms over weights of
-    /// `format`, largest first; empty where there is nothing to choose. Every
-    /// tile gives the same bits: the engine's warm-up times a step under each
-    /// cap and keeps the fastest (`set_row_tile_cap`).
+    /// The row-tile caps batched gemms over weights of `format` may run
+    /// under, largest first (none: the backend's own tiles only). Every tile
+    /// gives the same bits: where there are two or more, the engine's warm-up
+    /// times a step under each and keeps the fastest (`set_row_tile_cap`).
     fn row_tile_caps(&self, _format: WeightFormat) -> Vec<u32> {
         Vec::new()
     }

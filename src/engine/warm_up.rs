@@ -9,8 +9,9 @@ use super::EngineError;
 use super::LlmEngine;
 use super::model_runner::SeqChunk;
 
-/// Tokens of the step that times each row-tile cap (a prefill chunk's size).
-const TUNE_TOKENS: usize = 64;
+/// Tokens of the prefill-sized step (one sequence) that times each row-tile
+/// cap and, last, seeds the step cost.
+const CHUNK_TOKENS: usize = 64;
 
 /// The row tile the warm-up chose for batched gemms.
 #[derive(Clone, Debug, PartialEq)]
@@ -66,7 +67,7 @@ impl LlmEngine {
             steps += 1;
         }
         steps += self.choose_row_tile()?;
-        for &n in sizes.iter().chain(&[TUNE_TOKENS]) {
+        for &n in sizes.iter().chain(&[CHUNK_TOKENS]) {
             let Some(ms) = self.warm_step(n)? else { break };
             self.budget.cost.observe(n, ms);
             steps += 1;
@@ -74,7 +75,7 @@ impl LlmEngine {
         Ok(steps)
     }
 
-    /// Times a `TUNE_TOKENS` step under each row-tile cap the runner offers,
+    /// Times a `CHUNK_TOKENS` step under each row-tile cap the runner offers,
     /// twice in turn (the best of two), keeps the fastest and records it in
     /// `row_tile`. Returns the steps run.
     fn choose_row_tile(&mut self) -> Result<usize, EngineError> {
@@ -87,7 +88,7 @@ impl LlmEngine {
         for _ in 0..2 {
             for (i, &cap) in caps.iter().enumerate() {
                 self.runner.set_row_tile_cap(cap);
-                let Some(ms) = self.warm_step(TUNE_TOKENS)? else {
+                let Some(ms) = self.warm_step(CHUNK_TOKENS)? else {
                     // The step does not fit this engine's budget or pool: keep the tiles' own.
                     self.runner.set_row_tile_cap(u32::MAX);
                     return Ok(steps);
@@ -107,7 +108,7 @@ impl LlmEngine {
         self.row_tile = Some(RowTileChoice {
             cap: caps[pick],
             times: caps.iter().copied().zip(best).collect(),
-            tokens: TUNE_TOKENS,
+            tokens: CHUNK_TOKENS,
         });
         Ok(steps)
     }
@@ -122,12 +123,12 @@ impl LlmEngine {
         }
         let seqs = cfg.max_num_seqs.min(self.plan.num_blocks);
         let ids = vec![0u32; n];
-        let tables: Vec<Vec<u32>> = if n <= seqs {
-            (0..n as u32).map(|b| vec![b]).collect()
+        // `n` one-token sequences of a block each, or one of `n` tokens.
+        let (tables, len): (Vec<Vec<u32>>, usize) = if n <= seqs {
+            ((0..n as u32).map(|b| vec![b]).collect(), 1)
         } else {
-            vec![(0..n.div_ceil(bs) as u32).collect()]
+            (vec![(0..n.div_ceil(bs) as u32).collect()], n)
         };
-        let len = if n <= seqs { 1 } else { n };
         let chunks: Vec<SeqChunk> = tables
             .iter()
             .map(|t| SeqChunk {

@@ -54,8 +54,8 @@ impl Kernels {
         }
     }
 
-    /// The row-tile caps worth timing for batched gemms over `format`
-    /// weights, largest first: the tiles of 8 rows or more, where the
+    /// The row-tile caps for batched gemms over `format` weights, largest
+    /// first: the tiles of 8 rows or more, where the
     /// adapter's tiles were not given (`--gemm-tiles`). Which is fastest
     /// depends on the CPU more than the tile sizes suggest: llvmpipe spills
     /// a 16x24 tile's 384 accumulators a lane (on an AMD EPYC, Zen 4: a
@@ -71,7 +71,7 @@ impl Kernels {
             .filter(|&m| m >= 8)
             .collect();
         v.reverse();
-        if v.len() > 1 { v } else { Vec::new() }
+        v
     }
 
     /// Caps the row tile of batched gemms at `cap` rows (`u32::MAX`: no cap).
