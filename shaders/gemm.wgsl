@@ -268,7 +268,14 @@ var a{{ i }}_{{ j }} = 0.0;
   {% endfor %}
 {% endfor %}
 {% if quantized %}
-{# Quantised: per block b, s = Σ x·q from 0, then acc = fma(d, s, acc) (+ m·Σx for Q4_1). #}
+{# Quantised: per block b, s = Σ x·q from 0, then acc = fma(d, s, acc) (+ m·Σx for Q4_1).
+   A block's x values (all four sub-blocks of every row) are made first, then the
+   columns one at a time, each column's block loaded, reduced and folded into its
+   accumulators before the next: only one column's block and sums are live at once
+   (llvmpipe keeps every value of a lane in a vector register, and a tile's blocks
+   all live at once spilled). Each accumulator sees the same operations in the
+   same order as before, so the bits are those of the reduction order above. #}
+{% set xname = "xq" if scaled else "x" %}
 {% if pairs %}
 {# Scale pairs: one scale fetch a column serves blocks bp and bp + 1 (the second guarded: odd block counts). #}
 for (var bp = 0u; bp < p.chunks; bp = bp + 2u) {
@@ -285,18 +292,6 @@ if (bp + 1u < p.chunks) {
 {
 {% endif %}
 let b = bp + {{ half }}u;
-  {% for j in range(tn) %}
-    {% if pairs %}
-{{ weights.load_block_tex_paired(format, j, wl ~ " + " ~ j * wg * parts ~ "u", wl ~ " + " ~ (j * wg * parts + 1) ~ "u", "wy + b", "dp" ~ j, half) -}}
-    {% elif w_tex %}
-{{ weights.load_block_tex(format, j, wl ~ " + " ~ j * wg * parts ~ "u", wl ~ " + " ~ (j * wg * parts + 1) ~ "u", "wy + b", "vec2<u32>(wl + " ~ j * wg ~ "u, wy + b)") -}}
-    {% else %}
-{{ weights.load_block(format, j, "c" ~ j ~ " * p.chunks + b") -}}
-    {% endif %}
-    {% for i in range(tm) %}
-var s{{ i }}_{{ j }} = 0.0;
-    {% endfor %}
-  {% endfor %}
   {% if with_min %}
     {% for i in range(tm) %}
 var xs{{ i }} = 0.0;
@@ -306,67 +301,75 @@ var xs{{ i }} = 0.0;
 {{ lane_texels("8u * b", tm, norm) -}}
   {% endif %}
   {% for sub in range(4) %}
-{
     {% if norm %}
-let g = {{ bc8("gt", sub) if x_lanes else "load_g8(4u * b + " ~ sub ~ "u)" }};
+let g_{{ sub }} = {{ bc8("gt", sub) if x_lanes else "load_g8(4u * b + " ~ sub ~ "u)" }};
       {% if scaled %}
-let gq = F8(g.a * {{ weights.x_scale(format, sub) }}, g.b * {{ weights.x_scale(format, sub) }});
+let gq_{{ sub }} = F8(g_{{ sub }}.a * {{ weights.x_scale(format, sub) }}, g_{{ sub }}.b * {{ weights.x_scale(format, sub) }});
       {% endif %}
     {% endif %}
     {% for i in range(tm) %}
       {% if norm %}
 {# Normalised x: x·g (Σ of it for the min term: dot8), pre-scaled as x·(g·2^-k). #}
-let xr{{ i }} = {{ bc8("xt" ~ i, sub) if x_lanes else "load_x8(r" ~ i ~ ", 4u * b + " ~ sub ~ "u)" }};
-ss{{ i }} = sq8(xr{{ i }}, ss{{ i }});
+let xr{{ i }}_{{ sub }} = {{ bc8("xt" ~ i, sub) if x_lanes else "load_x8(r" ~ i ~ ", 4u * b + " ~ sub ~ "u)" }};
+ss{{ i }} = sq8(xr{{ i }}_{{ sub }}, ss{{ i }});
         {% if with_min %}
-xs{{ i }} = xs{{ i }} + dot8(xr{{ i }}, g);
+xs{{ i }} = xs{{ i }} + dot8(xr{{ i }}_{{ sub }}, g_{{ sub }});
         {% endif %}
-        {% if scaled %}
-let xq{{ i }} = mul8(xr{{ i }}, gq);
-        {% else %}
-let x{{ i }} = mul8(xr{{ i }}, g);
-        {% endif %}
+let {{ xname }}{{ i }}_{{ sub }} = mul8(xr{{ i }}_{{ sub }}, {{ "gq_" if scaled else "g_" }}{{ sub }});
       {% else %}
-let x{{ i }} = {{ bc8("xt" ~ i, sub) if x_lanes else "load_x8(r" ~ i ~ ", 4u * b + " ~ sub ~ "u)" }};
+let x{{ i }}_{{ sub }} = {{ bc8("xt" ~ i, sub) if x_lanes else "load_x8(r" ~ i ~ ", 4u * b + " ~ sub ~ "u)" }};
         {% if with_min %}
-xs{{ i }} = xs{{ i }} + {% for l in lanes %}x{{ i }}.{{ l }}{{ " + " if not loop.last }}{% endfor %};
+xs{{ i }} = xs{{ i }} + {% for l in lanes %}x{{ i }}_{{ sub }}.{{ l }}{{ " + " if not loop.last }}{% endfor %};
         {% endif %}
         {% if scaled %}
-let xq{{ i }} = F8(x{{ i }}.a * {{ weights.x_scale(format, sub) }}, x{{ i }}.b * {{ weights.x_scale(format, sub) }});
+let xq{{ i }}_{{ sub }} = F8(x{{ i }}_{{ sub }}.a * {{ weights.x_scale(format, sub) }}, x{{ i }}_{{ sub }}.b * {{ weights.x_scale(format, sub) }});
         {% endif %}
       {% endif %}
     {% endfor %}
-    {% for j in range(tn) %}
-let w{{ j }} = {{ weights.dq_sub_scaled(format, j, sub) if scaled else weights.dq_sub(format, j, sub) }};
-      {% for i in range(tm) %}
-        {% for l in lanes %}
-s{{ i }}_{{ j }} = fma({{ "xq" if scaled else "x" }}{{ i }}.{{ l }}, w{{ j }}.{{ l }}, s{{ i }}_{{ j }});
-        {% endfor %}
-      {% endfor %}
-    {% endfor %}
-}
     {% if format == "Q8_16" and sub == 1 %}
-{# First half: its scale and min, then s and Σx restart for the second. #}
-      {% for j in range(tn) %}
-        {% for i in range(tm) %}
-a{{ i }}_{{ j }} = fma(d{{ j }}.x, s{{ i }}_{{ j }}, a{{ i }}_{{ j }}); a{{ i }}_{{ j }} = fma(d{{ j }}.y, xs{{ i }}, a{{ i }}_{{ j }}); s{{ i }}_{{ j }} = 0.0;
-        {% endfor %}
-      {% endfor %}
+{# The first half's Σx, for its min; Σx restarts for the second. #}
       {% for i in range(tm) %}
+let xs_lo{{ i }} = xs{{ i }};
 xs{{ i }} = 0.0;
       {% endfor %}
     {% endif %}
   {% endfor %}
   {% for j in range(tn) %}
+{
+    {% if pairs %}
+{{ weights.load_block_tex_paired(format, j, wl ~ " + " ~ j * wg * parts ~ "u", wl ~ " + " ~ (j * wg * parts + 1) ~ "u", "wy + b", "dp" ~ j, half) -}}
+    {% elif w_tex %}
+{{ weights.load_block_tex(format, j, wl ~ " + " ~ j * wg * parts ~ "u", wl ~ " + " ~ (j * wg * parts + 1) ~ "u", "wy + b", "vec2<u32>(wl + " ~ j * wg ~ "u, wy + b)") -}}
+    {% else %}
+{{ weights.load_block(format, j, "c" ~ j ~ " * p.chunks + b") -}}
+    {% endif %}
     {% for i in range(tm) %}
-      {% if format == "Q8_16" %}
-a{{ i }}_{{ j }} = fma(d{{ j }}.z, s{{ i }}_{{ j }}, a{{ i }}_{{ j }}); a{{ i }}_{{ j }} = fma(d{{ j }}.w, xs{{ i }}, a{{ i }}_{{ j }});
-      {% elif format == "Q4_1" %}
-a{{ i }}_{{ j }} = fma(d{{ j }}.x, s{{ i }}_{{ j }}, a{{ i }}_{{ j }}); a{{ i }}_{{ j }} = fma(d{{ j }}.y, xs{{ i }}, a{{ i }}_{{ j }});
-      {% else %}
-a{{ i }}_{{ j }} = fma(d{{ j }}, s{{ i }}_{{ j }}, a{{ i }}_{{ j }});
+var s{{ i }} = 0.0;
+    {% endfor %}
+    {% for sub in range(4) %}
+let w_{{ sub }} = {{ weights.dq_sub_scaled(format, j, sub) if scaled else weights.dq_sub(format, j, sub) }};
+      {% for i in range(tm) %}
+        {% for l in lanes %}
+s{{ i }} = fma({{ xname }}{{ i }}_{{ sub }}.{{ l }}, w_{{ sub }}.{{ l }}, s{{ i }});
+        {% endfor %}
+      {% endfor %}
+      {% if format == "Q8_16" and sub == 1 %}
+{# First half: its scale and min, then s restarts for the second. #}
+        {% for i in range(tm) %}
+a{{ i }}_{{ j }} = fma(d{{ j }}.x, s{{ i }}, a{{ i }}_{{ j }}); a{{ i }}_{{ j }} = fma(d{{ j }}.y, xs_lo{{ i }}, a{{ i }}_{{ j }}); s{{ i }} = 0.0;
+        {% endfor %}
       {% endif %}
     {% endfor %}
+    {% for i in range(tm) %}
+      {% if format == "Q8_16" %}
+a{{ i }}_{{ j }} = fma(d{{ j }}.z, s{{ i }}, a{{ i }}_{{ j }}); a{{ i }}_{{ j }} = fma(d{{ j }}.w, xs{{ i }}, a{{ i }}_{{ j }});
+      {% elif format == "Q4_1" %}
+a{{ i }}_{{ j }} = fma(d{{ j }}.x, s{{ i }}, a{{ i }}_{{ j }}); a{{ i }}_{{ j }} = fma(d{{ j }}.y, xs{{ i }}, a{{ i }}_{{ j }});
+      {% else %}
+a{{ i }}_{{ j }} = fma(d{{ j }}, s{{ i }}, a{{ i }}_{{ j }});
+      {% endif %}
+    {% endfor %}
+}
   {% endfor %}
 }
 {% endfor %}
