@@ -57,11 +57,13 @@ impl Kernels {
     /// The row-tile caps for batched gemms over `format` weights, largest
     /// first: the tiles of 8 rows or more, where the
     /// adapter's tiles were not given (`--gemm-tiles`). Which is fastest
-    /// depends on the CPU more than the tile sizes suggest: llvmpipe spills
-    /// a 16x24 tile's 384 accumulators a lane (on an AMD EPYC, Zen 4: a
-    /// 128-token prefill of the default model 1494 ms in 16-row tiles, 688-940
-    /// ms in 8-row tiles, `wllm profile`), while 16 rows won where they were
-    /// chosen. Every tile gives the same bits, so only speed differs.
+    /// depends on the CPU and the kernel more than the tile sizes suggest:
+    /// llvmpipe spills most of a 16x24 tile's accumulators (on an AMD EPYC,
+    /// Zen 4, while the quantised gemm kept a tile's partial sums live too, a
+    /// 128-token prefill of the default model took 1494 ms in 16-row tiles and
+    /// 688-940 ms in 8-row tiles, `wllm profile`; since it reduces a column at
+    /// a time, 16 rows win there again: 625-635 ms). Every tile gives the same
+    /// bits, so only speed differs.
     pub fn row_tile_caps(&self, format: WeightFormat) -> Vec<u32> {
         if self.tiles_given {
             return Vec::new();
