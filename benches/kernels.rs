@@ -92,25 +92,18 @@ fn main() {
         roofs.read_gbs.max(again.read_gbs),
         roofs.fma_gflops.max(again.fma_gflops),
     );
-    // A roof below what a kernel achieved is no roof: raise it to the best GEMV / GEMM.
     let best_gemv = rows.iter().map(|r| r.3).fold(0.0f64, f64::max);
-    let read_roof = if best_gemv > read_measured {
-        println!(
-            "(a GEMV read {best_gemv:.2} GB/s, above the read kernels' {read_measured:.2}: that is the read roof below)\n"
-        );
-        best_gemv
-    } else {
-        read_measured
-    };
+    let read_roof = roof_at_least(read_measured, best_gemv, || {
+        format!(
+            "a GEMV read {best_gemv:.2} GB/s, above the read kernels' {read_measured:.2}: that is the read roof below"
+        )
+    });
     let best_gemm = rows.iter().map(|r| r.5).fold(0.0f64, f64::max);
-    let fma_roof = if best_gemm > fma_measured {
-        println!(
-            "(a GEMM reached {best_gemm:.1} GFLOP/s, above the FMA kernel's {fma_measured:.1}: that is the FMA roof below)\n"
-        );
-        best_gemm
-    } else {
-        fma_measured
-    };
+    let fma_roof = roof_at_least(fma_measured, best_gemm, || {
+        format!(
+            "a GEMM reached {best_gemm:.1} GFLOP/s, above the FMA kernel's {fma_measured:.1}: that is the FMA roof below"
+        )
+    });
     println!(
         "| type (layout) | K→N | decode GB/s | % read roof | decode G weights/s | prefill T=128 GFLOP/s | % FMA roof |"
     );
@@ -122,5 +115,16 @@ fn main() {
             100.0 * gbs / read_roof,
             100.0 * gflops / fma_roof
         );
+    }
+}
+
+/// A roof below what a kernel achieved is no roof: `measured`, or `best`
+/// (saying so with `why`) where a kernel beat it.
+fn roof_at_least(measured: f64, best: f64, why: impl FnOnce() -> String) -> f64 {
+    if best > measured {
+        println!("({})\n", why());
+        best
+    } else {
+        measured
     }
 }
