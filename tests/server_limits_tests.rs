@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use wllm::server::ServerConfig;
-use wllm::{Engine, EngineConfig};
+use wllm::{Engine, EngineConfig, LlmEngine};
 
 struct Server {
     addr: std::net::SocketAddr,
@@ -22,6 +22,17 @@ struct Server {
 }
 
 fn start(name: &str, cfg: ServerConfig, engine_cfg: impl FnOnce(&mut EngineConfig)) -> Server {
+    start_with(name, cfg, engine_cfg, false)
+}
+
+/// As `start`, warmed up as `wllm serve` is (every pipeline the first steps
+/// need is built before the server answers), so a test that counts steps or
+/// waits on them does not wait on shader compilation.
+fn start_warm(name: &str, cfg: ServerConfig, engine_cfg: impl FnOnce(&mut EngineConfig)) -> Server {
+    start_with(name, cfg, engine_cfg, true)
+}
+
+fn start_with(name: &str, cfg: ServerConfig, engine_cfg: impl FnOnce(&mut EngineConfig), warm: bool) -> Server {
     let dir = test_dir(name);
     let model = write_tiny_gguf(&dir, "tiny.gguf", &TinySpec::default(), &mut rng(3));
     let mut ec = EngineConfig {
@@ -31,7 +42,11 @@ fn start(name: &str, cfg: ServerConfig, engine_cfg: impl FnOnce(&mut EngineConfi
         ..Default::default()
     };
     engine_cfg(&mut ec);
-    let engine = Engine::new(&ec).unwrap();
+    let mut core = LlmEngine::new(&ec).unwrap();
+    if warm {
+        assert!(core.warm_up().unwrap() > 0, "the warm-up ran no step");
+    }
+    let engine = Engine::from_core(core);
     let cfg = ServerConfig {
         served_model_name: "tiny".into(),
         ..cfg
@@ -193,7 +208,7 @@ fn sequences_not_requests_count_against_the_limits() {
 /// first token comes within a few engine steps, long before the big request ends.
 #[test]
 fn a_small_request_is_not_stuck_behind_a_large_one() {
-    let s = start(
+    let s = start_warm(
         "limits_fair",
         ServerConfig {
             max_seqs_per_request: 4096,
@@ -217,7 +232,10 @@ fn a_small_request_is_not_stuck_behind_a_large_one() {
             }
             assert!(
                 t0.elapsed() < Duration::from_secs(60),
-                "the big request never filled the engine"
+                "the big request never filled the engine: {} running, {} waiting after {} steps",
+                m.num_requests_running,
+                m.num_requests_waiting,
+                m.num_steps_total
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
