@@ -50,10 +50,11 @@ impl LlmEngine {
     /// which no request reads before rewriting them. Where the backend offers
     /// row-tile caps (`Backend::row_tile_caps`: CPU adapters), it times a
     /// 64-token step under each, twice in turn, and keeps the fastest
-    /// (`row_tile`). Then it runs the first steps again, timed, and 64 tokens
-    /// of one sequence, to seed the step cost `StepBudget` fits (so the first
-    /// burst of requests already gets stall-free steps). Does nothing once
-    /// requests have been added. Returns the steps run.
+    /// (`row_tile`). Then it runs the first steps again, timed, and (where no
+    /// cap was timed) 64 tokens of one sequence, to seed the step cost
+    /// `StepBudget` fits with them and the 64-token time (so the first burst
+    /// of requests already gets stall-free steps). Does nothing once requests
+    /// have been added. Returns the steps run.
     pub fn warm_up(&mut self) -> Result<usize, EngineError> {
         if self.scheduler.has_unfinished() || self.scheduler.blocks.num_free_blocks() < self.plan.num_blocks {
             return Ok(0);
@@ -67,10 +68,25 @@ impl LlmEngine {
             steps += 1;
         }
         steps += self.choose_row_tile()?;
-        for &n in sizes.iter().chain(&[CHUNK_TOKENS]) {
+        for &n in &sizes {
             let Some(ms) = self.warm_step(n)? else { break };
             self.budget.cost.observe(n, ms);
             steps += 1;
+        }
+        // The chunk-sized step: timed already under the chosen row tile where
+        // the tiles were tuned (that time seeds the cost), else timed now.
+        let tuned = self.row_tile.as_ref().and_then(|r| {
+            let ms = r.times.iter().find(|t| t.0 == r.cap)?.1;
+            (r.tokens == CHUNK_TOKENS && ms.is_finite()).then_some(ms)
+        });
+        match tuned {
+            Some(ms) => self.budget.cost.observe(CHUNK_TOKENS, ms),
+            None => {
+                if let Some(ms) = self.warm_step(CHUNK_TOKENS)? {
+                    self.budget.cost.observe(CHUNK_TOKENS, ms);
+                    steps += 1;
+                }
+            }
         }
         Ok(steps)
     }
