@@ -67,7 +67,8 @@ impl LlmEngine {
             }
             steps += 1;
         }
-        steps += self.choose_row_tile()?;
+        let (tuning_steps, tuned_ms) = self.choose_row_tile()?;
+        steps += tuning_steps;
         for &n in &sizes {
             let Some(ms) = self.warm_step(n)? else { break };
             self.budget.cost.observe(n, ms);
@@ -75,29 +76,28 @@ impl LlmEngine {
         }
         // The chunk-sized step: timed already under the chosen row tile where
         // the tiles were tuned (that time seeds the cost), else timed now.
-        let tuned = self.row_tile.as_ref().and_then(|r| {
-            let ms = r.times.iter().find(|t| t.0 == r.cap)?.1;
-            (r.tokens == CHUNK_TOKENS && ms.is_finite()).then_some(ms)
-        });
-        match tuned {
-            Some(ms) => self.budget.cost.observe(CHUNK_TOKENS, ms),
+        let chunk_ms = match tuned_ms {
+            Some(ms) => Some(ms),
             None => {
-                if let Some(ms) = self.warm_step(CHUNK_TOKENS)? {
-                    self.budget.cost.observe(CHUNK_TOKENS, ms);
-                    steps += 1;
-                }
+                let ms = self.warm_step(CHUNK_TOKENS)?;
+                steps += usize::from(ms.is_some());
+                ms
             }
+        };
+        if let Some(ms) = chunk_ms {
+            self.budget.cost.observe(CHUNK_TOKENS, ms);
         }
         Ok(steps)
     }
 
     /// Times a `CHUNK_TOKENS` step under each row-tile cap the runner offers,
     /// twice in turn (the best of two), keeps the fastest and records it in
-    /// `row_tile`. Returns the steps run.
-    fn choose_row_tile(&mut self) -> Result<usize, EngineError> {
+    /// `row_tile`. Returns the steps run and, where a cap was chosen, its
+    /// best time (ms).
+    fn choose_row_tile(&mut self) -> Result<(usize, Option<f64>), EngineError> {
         let caps = self.runner.row_tile_caps();
         if caps.len() < 2 {
-            return Ok(0);
+            return Ok((0, None));
         }
         let mut best = vec![f64::INFINITY; caps.len()];
         let mut steps = 0;
@@ -107,7 +107,7 @@ impl LlmEngine {
                 let Some(ms) = self.warm_step(CHUNK_TOKENS)? else {
                     // The step does not fit this engine's budget or pool: keep the tiles' own.
                     self.runner.set_row_tile_cap(u32::MAX);
-                    return Ok(steps);
+                    return Ok((steps, None));
                 };
                 best[i] = best[i].min(ms);
                 steps += 1;
@@ -121,12 +121,13 @@ impl LlmEngine {
             }
         }
         self.runner.set_row_tile_cap(caps[pick]);
+        let chosen_ms = best[pick];
         self.row_tile = Some(RowTileChoice {
             cap: caps[pick],
             times: caps.iter().copied().zip(best).collect(),
             tokens: CHUNK_TOKENS,
         });
-        Ok(steps)
+        Ok((steps, Some(chosen_ms)))
     }
 
     /// Runs one throwaway step of `n` rows (see `warm_up`) and returns its
