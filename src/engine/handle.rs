@@ -22,14 +22,19 @@ use crate::tokenizer::Tokenizer;
 
 type Item = Result<RequestOutput, EngineError>;
 
+/// One sequence to add: its id, scheduling group, prompt ids, parameters and
+/// the channel its outputs go to.
+struct AddSeq {
+    id: SeqId,
+    group: Option<SeqId>,
+    prompt: Vec<u32>,
+    params: Box<SamplingParams>,
+    out: tmpsc::UnboundedSender<Item>,
+}
+
 enum Command {
-    Add {
-        id: SeqId,
-        group: Option<SeqId>,
-        prompt: Vec<u32>,
-        params: Box<SamplingParams>,
-        out: tmpsc::UnboundedSender<Item>,
-    },
+    /// Sequences added together, before the engine's next step.
+    Add(Vec<AddSeq>),
     Abort(SeqId),
     Metrics(mpsc::Sender<Metrics>),
     BlockStats(mpsc::Sender<BlockStats>),
@@ -162,37 +167,58 @@ impl Engine {
         params: SamplingParams,
         group: Option<SeqId>,
     ) -> Result<RequestStream, EngineError> {
-        let ids = self.tokenize(&prompt)?;
-        validate_request(
-            &ids,
-            &params,
-            self.inner.model_config.vocab,
-            self.inner.plan.max_model_len,
-        )?;
-        // A constraint that cannot compile is this call's error, not the stream's.
-        if let Some(c) = &params.constraint {
-            self.inner
-                .guide
-                .matcher(c, self.inner.model_config.vocab)
-                .map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
+        let mut streams = self.generate_group(vec![(prompt, vec![params])], group)?;
+        Ok(streams.remove(0))
+    }
+
+    /// Starts one sequence per (prompt, parameters) pair, each prompt
+    /// tokenized once, as one scheduling group (under `group`, else the
+    /// first sequence's id). Every sequence is checked before any starts, and
+    /// they reach the engine together, before its next step. Streams come
+    /// back in order.
+    pub fn generate_group(
+        &self,
+        prompts: Vec<(Prompt, Vec<SamplingParams>)>,
+        group: Option<SeqId>,
+    ) -> Result<Vec<RequestStream>, EngineError> {
+        let mut seqs = Vec::new();
+        let mut streams = Vec::new();
+        for (prompt, params_of) in prompts {
+            let ids = self.tokenize(&prompt)?;
+            for params in params_of {
+                validate_request(
+                    &ids,
+                    &params,
+                    self.inner.model_config.vocab,
+                    self.inner.plan.max_model_len,
+                )?;
+                // A constraint that cannot compile is this call's error, not the stream's.
+                if let Some(c) = &params.constraint {
+                    self.inner
+                        .guide
+                        .matcher(c, self.inner.model_config.vocab)
+                        .map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
+                }
+                let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+                let (out, rx) = tmpsc::unbounded_channel();
+                seqs.push(AddSeq {
+                    id,
+                    group: group.or(seqs.first().map(|s: &AddSeq| s.id)),
+                    prompt: ids.clone(),
+                    params: Box::new(params),
+                    out,
+                });
+                streams.push(RequestStream {
+                    id,
+                    rx,
+                    engine: self.clone(),
+                    done: false,
+                    prompt_token_ids: ids.clone(),
+                });
+            }
         }
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let (out, rx) = tmpsc::unbounded_channel();
-        let prompt_token_ids = ids.clone();
-        self.send(Command::Add {
-            id,
-            group,
-            prompt: ids,
-            params: Box::new(params),
-            out,
-        })?;
-        Ok(RequestStream {
-            id,
-            rx,
-            engine: self.clone(),
-            done: false,
-            prompt_token_ids,
-        })
+        self.send(Command::Add(seqs))?;
+        Ok(streams)
     }
 
     /// Aborts a request by id.
@@ -254,20 +280,25 @@ fn run_loop(mut core: LlmEngine, rx: mpsc::Receiver<Command>) {
         };
         for cmd in first.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok())) {
             match cmd {
-                Command::Add {
-                    id,
-                    group,
-                    prompt,
-                    params,
-                    out,
-                } => match core.add_request_in_group(id, prompt, *params, group.unwrap_or(id)) {
-                    Ok(()) => {
-                        streams.insert(id, out);
+                Command::Add(seqs) => {
+                    for AddSeq {
+                        id,
+                        group,
+                        prompt,
+                        params,
+                        out,
+                    } in seqs
+                    {
+                        match core.add_request_in_group(id, prompt, *params, group.unwrap_or(id)) {
+                            Ok(()) => {
+                                streams.insert(id, out);
+                            }
+                            Err(e) => {
+                                let _ = out.send(Err(e));
+                            }
+                        }
                     }
-                    Err(e) => {
-                        let _ = out.send(Err(e));
-                    }
-                },
+                }
                 Command::Abort(id) => {
                     core.abort(id);
                     streams.remove(&id);

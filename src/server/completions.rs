@@ -69,18 +69,18 @@ fn n_of(c: &CommonParams) -> Result<usize, ApiError> {
 }
 
 /// Starts `n` streams per prompt; choice index = prompt * n + i. They form
-/// one scheduling group (the first one's id), admitted in turn with others.
+/// one scheduling group (the first one's id), admitted in turn with others,
+/// and reach the engine together.
 fn start(s: &AppState, prompts: Vec<Prompt>, p: &SamplingParams, n: usize) -> Result<Vec<RequestStream>, ApiError> {
-    let mut streams: Vec<RequestStream> = Vec::new();
-    for prompt in prompts {
-        for i in 0..n {
+    let seeded: Vec<SamplingParams> = (0..n)
+        .map(|i| {
             let mut pi = p.clone();
             pi.seed = p.seed.map(|seed| seed.wrapping_add(i as u64));
-            let group = streams.first().map(|st| st.id());
-            streams.push(s.engine.generate_in(prompt.clone(), pi, group)?);
-        }
-    }
-    Ok(streams)
+            pi
+        })
+        .collect();
+    let items = prompts.into_iter().map(|prompt| (prompt, seeded.clone())).collect();
+    Ok(s.engine.generate_group(items, None)?)
 }
 
 fn now_secs() -> u64 {
