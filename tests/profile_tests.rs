@@ -87,3 +87,21 @@ fn profile_prints_a_row_per_kernel_against_the_roofs() {
         assert!(row, "no row for {epilogue} or {own:?}:\n{text}");
     }
 }
+
+/// The texture read roof counts bytes it really reads: read_tex.wgsl visits
+/// every texel once (the XOR of all it wrote is the XOR of the texture's
+/// words), for row counts that the workgroups do not divide and for more
+/// workgroups than rows.
+#[test]
+fn the_texture_read_roof_reads_every_texel_once() {
+    use rand::Rng;
+    let ks = kernels();
+    let mut r = rng(13);
+    for (width, rows, groups) in [(256u32, 37u32, 5u32), (512, 3, 64), (1024, 1, 1)] {
+        let words: Vec<u32> = (0..width * rows * 4).map(|_| r.random()).collect();
+        let want = words.iter().fold(0u32, |a, w| a ^ w);
+        let got = wllm::backend::wgsl::roofs::read_tex_xor(ks, bytemuck::cast_slice(&words), width, rows, groups)
+            .expect("read_tex runs");
+        assert_eq!(got, want, "{width} x {rows} texels, {groups} workgroups");
+    }
+}

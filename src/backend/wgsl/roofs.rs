@@ -1,13 +1,16 @@
 //! The adapter's roofs, measured now: the read roof is the best of several read
-//! kernels (plain runs, unrolled runs, strided rounds) over several launch
-//! sizes, and the FMA roof a register-only kernel of independent fma chains.
+//! kernels (plain runs, unrolled runs, strided rounds from a storage buffer;
+//! rows of texels from a texture, as the gemm reads weights on CPU adapters)
+//! over several launch sizes, and the FMA roof a register-only kernel of
+//! independent fma chains.
 //! Benchmarks compare every kernel against them (`cargo bench --bench kernels`).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::Kernels;
-use crate::gpu::{Binding, BufSlice, GpuContext, GpuError, Kernel, StepEncoder};
+use super::weight::texture;
+use crate::gpu::{Binding, Bound, BufSlice, GpuContext, GpuError, Kernel, StepEncoder};
 
 /// Seconds per repetition of `record`: the median of 5 submissions of `reps`
 /// repetitions each, after one warm-up.
@@ -52,6 +55,81 @@ fn bench_kernel(ctx: &GpuContext, name: &str, src: &str) -> Result<Arc<Kernel>, 
     Kernel::new(&ctx.device, name, src, &[Binding::Read, Binding::ReadWrite], None).map(Arc::new)
 }
 
+fn read_tex_kernel(ctx: &GpuContext) -> Result<Arc<Kernel>, GpuError> {
+    Kernel::new(
+        &ctx.device,
+        "read_tex",
+        include_str!("../../../shaders/bench/read_tex.wgsl"),
+        &[Binding::TexU32, Binding::ReadWrite],
+        None,
+    )
+    .map(Arc::new)
+}
+
+fn record_read_tex(enc: &mut StepEncoder, k: &Arc<Kernel>, src: &Bound, out: &wgpu::Buffer, dims: [u32; 3]) {
+    let [width, rows, groups] = dims;
+    let params = [width, rows, groups, 0];
+    enc.dispatch_bound(
+        k,
+        bytemuck::cast_slice(&params),
+        vec![src.clone(), Bound::Buf(BufSlice::whole(out))],
+        [groups, 1, 1],
+    );
+}
+
+/// Runs read_tex.wgsl once over `data` as a `width` x `rows` rgba32uint
+/// texture (width a multiple of 256) in `groups` workgroups and returns the
+/// XOR of what its invocations wrote: the XOR of every u32 of `data` when it
+/// reads each texel once (what the roof's bytes count).
+pub fn read_tex_xor(ks: &Kernels, data: &[u8], width: u32, rows: u32, groups: u32) -> Result<u32, GpuError> {
+    let ctx = &ks.ctx;
+    let src = texture(ctx, data, width, rows, wgpu::TextureFormat::Rgba32Uint, "read_tex data");
+    let out = ks.scratch(u64::from(groups) * 64 * 4);
+    let mut enc = StepEncoder::new(ctx);
+    record_read_tex(&mut enc, &read_tex_kernel(ctx)?, &src, &out, [width, rows, groups]);
+    let read = enc.submit_and_read(&[BufSlice::whole(&out)])?;
+    let words: Vec<u32> = read
+        .first()
+        .map(|b| bytemuck::pod_collect_to_vec(b))
+        .unwrap_or_default();
+    Ok(words.iter().fold(0, |a, w| a ^ w))
+}
+
+/// The best GB/s of read_tex.wgsl over `group_counts` (and the count that
+/// reached it), reading a texture of up to `bytes`.
+fn read_tex(ks: &Kernels, bytes: u64, group_counts: &[u32], out: &wgpu::Buffer) -> Result<(f64, u32), GpuError> {
+    let ctx = &ks.ctx;
+    let width = 1024u32;
+    let rows = ((bytes / 16 / u64::from(width)) as u32).min(ctx.limits.max_texture_dimension_2d);
+    if width > ctx.limits.max_texture_dimension_2d || rows == 0 {
+        return Ok((0.0, 0));
+    }
+    let tex_bytes = u64::from(width) * u64::from(rows) * 16;
+    let data: Vec<u8> = (0..tex_bytes).map(|i| ((i * 2654435761) >> 13) as u8).collect();
+    let src = texture(
+        ctx,
+        &data,
+        width,
+        rows,
+        wgpu::TextureFormat::Rgba32Uint,
+        "read roof texture",
+    );
+    drop(data);
+    let k = read_tex_kernel(ctx)?;
+    let mut best = (0.0f64, 0u32);
+    for &groups in group_counts {
+        let secs = time_reps(ctx, 5, |enc| {
+            record_read_tex(enc, &k, &src, out, [width, rows, groups]);
+            Ok(())
+        })?;
+        let gbs = tex_bytes as f64 / secs / 1e9;
+        if gbs > best.0 {
+            best = (gbs, groups);
+        }
+    }
+    Ok(best)
+}
+
 /// Measures both roofs on `ks`'s adapter.
 pub fn measure(ks: &Kernels) -> Result<Roofs, GpuError> {
     let ctx = &ks.ctx;
@@ -86,6 +164,10 @@ pub fn measure(ks: &Kernels) -> Result<Roofs, GpuError> {
                 best = (gbs, format!("{name} x{groups} workgroups"));
             }
         }
+    }
+    let (gbs, groups) = read_tex(ks, bytes, group_counts, &out)?;
+    if gbs > best.0 {
+        best = (gbs, format!("read_tex x{groups} workgroups"));
     }
     let fma = bench_kernel(ctx, "fma_roof", include_str!("../../../shaders/bench/fma_roof.wgsl"))?;
     let seed = ctx.storage_buffer(bytemuck::bytes_of(&1.0f32), "fma seed");

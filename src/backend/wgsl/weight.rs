@@ -44,7 +44,14 @@ pub struct WeightTex {
     pub scales: Option<Bound>,
 }
 
-fn texture(ctx: &GpuContext, bytes: &[u8], width: u32, rows: u32, format: wgpu::TextureFormat, label: &str) -> Bound {
+pub(super) fn texture(
+    ctx: &GpuContext,
+    bytes: &[u8],
+    width: u32,
+    rows: u32,
+    format: wgpu::TextureFormat,
+    label: &str,
+) -> Bound {
     use wgpu::util::DeviceExt;
     let tex = ctx.device.create_texture_with_data(
         &ctx.queue,
