@@ -132,6 +132,37 @@ fn sequences(n: usize, cached: usize, new: usize, bs: usize) -> Seqs {
         .collect()
 }
 
+/// A profiler row: kernel, dispatches, seconds alone, bytes, flops.
+type Row = (String, usize, f64, f64, f64);
+
+/// `roof`, or the best rate (`amount` of a kernel row per second, in units of
+/// 1e9) where a kernel beat it: a roof below what a kernel achieved is no
+/// roof, so it is raised to that kernel, saying so.
+fn raised_roof(
+    rows: &[Row],
+    roof: f64,
+    amount: impl Fn(&Row) -> f64,
+    verb: &str,
+    unit: &str,
+    what: &str,
+    prec: usize,
+) -> f64 {
+    let best = rows
+        .iter()
+        .filter(|r| !r.0.starts_with('(') && r.2 > 0.0)
+        .map(|r| (&r.0, amount(r) / r.2 / 1e9))
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    match best {
+        Some((name, rate)) if rate > roof => {
+            println!(
+                "({name} {verb} {rate:.prec$} {unit}, above the {what} roof of {roof:.prec$}: that is the {what} roof below)\n"
+            );
+            rate
+        }
+        _ => roof,
+    }
+}
+
 fn profile(
     runner: &ModelRunner<Kernels>,
     roofs: &roofs::Roofs,
@@ -173,7 +204,7 @@ fn profile(
         .iter()
         .map(|c| (c.start..c.start + c.len).map(|p| (p + 1) as f64).sum::<f64>())
         .sum();
-    let mut rows = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     for ((name, t), (_, part)) in kernels.iter().zip(times).zip(step.split_by_kernel()) {
         let secs = median(t);
         let (mut n, mut bytes, mut flops) = (0usize, 0f64, 0f64);
@@ -203,25 +234,8 @@ fn profile(
         "\n### {title}: {:.2} ms a step, {dispatches} dispatches\n",
         step_s * 1e3
     );
-    // A roof below what a kernel achieved is no roof: raised to that kernel, saying so.
-    let kernel_rows = || rows.iter().filter(|r| !r.0.starts_with('(') && r.2 > 0.0);
-    let (mut read_roof, mut fma_roof) = (roofs.read_gbs, roofs.fma_gflops);
-    if let Some((name, gbs)) = kernel_rows()
-        .map(|r| (&r.0, r.3 / r.2 / 1e9))
-        .max_by(|a, b| a.1.total_cmp(&b.1))
-        .filter(|(_, g)| *g > read_roof)
-    {
-        println!("({name} moved {gbs:.2} GB/s, above the read roof of {read_roof:.2}: that is the read roof below)\n");
-        read_roof = gbs;
-    }
-    if let Some((name, g)) = kernel_rows()
-        .map(|r| (&r.0, r.4 / r.2 / 1e9))
-        .max_by(|a, b| a.1.total_cmp(&b.1))
-        .filter(|(_, g)| *g > fma_roof)
-    {
-        println!("({name} reached {g:.1} GFLOP/s, above the FMA roof of {fma_roof:.1}: that is the FMA roof below)\n");
-        fma_roof = g;
-    }
+    let read_roof = raised_roof(&rows, roofs.read_gbs, |r| r.3, "moved", "GB/s", "read", 2);
+    let fma_roof = raised_roof(&rows, roofs.fma_gflops, |r| r.4, "reached", "GFLOP/s", "FMA", 1);
     println!("| kernel | dispatches | ms alone | % of step | GB/s | % read roof | GFLOP/s | % FMA roof |");
     println!("|---|---|---|---|---|---|---|---|");
     for (name, n, secs, bytes, flops) in rows {
