@@ -80,8 +80,10 @@ fn op_cost(name: &str, params: &[u8], bufs: &[wllm::gpu::Bound], keys: f64) -> (
         "cache" => (16.0 * at(0) * at(1), 0.0),
         "argmax" => (4.0 * at(0) * at(1), 0.0),
         "embed" => (8.0 * at(0) * at(1), 0.0),
-        // paged_attention_{hd}x{w}x{g}x{qt}[_kvtex][_sg]: each workgroup of g heads reads K and V
-        // rows of its keys once; q·k and p·v are 2 flops a dimension each.
+        // paged_attention_{hd}x{w}x{g}x{qt}[_kvtex][_sg][_blocked]: each workgroup of g heads
+        // and qt tokens reads the K and V rows of its keys once (qt > 1: prefill tiles, whose
+        // tokens share their keys: taken as keys / qt rows); q·k and p·v are 2 flops a
+        // dimension each.
         "paged" => {
             // The shape is the name's `{hd}x{w}x{g}x{qt}` part (suffixes follow it).
             let shape: Vec<f64> = name
@@ -91,13 +93,14 @@ fn op_cost(name: &str, params: &[u8], bufs: &[wllm::gpu::Bound], keys: f64) -> (
                 .split('x')
                 .filter_map(|x| x.parse().ok())
                 .collect();
-            let (hd, g) = (
+            let (hd, g, qt) = (
                 shape.first().copied().unwrap_or(0.0),
                 shape.get(2).copied().unwrap_or(1.0),
+                shape.get(3).copied().unwrap_or(1.0).max(1.0),
             );
             let (t, heads) = (at(0), at(1));
             (
-                keys * (heads / g) * hd * 8.0 + 8.0 * t * heads * hd,
+                keys / qt * (heads / g) * hd * 8.0 + 8.0 * t * heads * hd,
                 keys * heads * hd * 4.0,
             )
         }

@@ -2,7 +2,9 @@
 //! dispatch, reduction order in its header) rendered per head_dim, lanes W and
 //! query heads per workgroup G and query tokens QT, with q, the running
 //! max/sum and the output accumulators held in vec4 registers, unrolled over
-//! head_dim.
+//! head_dim; or, on CPU adapters whose W lanes are one subgroup,
+//! `shaders/paged_attention_blocked.wgsl` (keys in blocks of W, a tile of W
+//! query tokens a workgroup in prefill steps).
 
 use minijinja::context;
 
@@ -23,10 +25,31 @@ pub struct AttentionVariant {
     pub kv_tex: bool,
     /// The W lanes are one subgroup and merge with subgroup operations.
     pub subgroups: bool,
+    /// `paged_attention_blocked.wgsl` (needs `subgroups`): keys in blocks of
+    /// W; `qt` is then 1 (decodes) or W (a tile of W tokens a workgroup).
+    pub blocked: bool,
 }
 
 /// The WGSL of a variant: `shaders/paged_attention.wgsl` rendered for it.
 pub fn source(v: AttentionVariant) -> Result<String, GpuError> {
+    if v.blocked {
+        if !v.subgroups || (v.qt != 1 && v.qt != v.w) || !v.head_dim.is_multiple_of(4) {
+            return Err(GpuError::Limit(format!(
+                "blocked attention needs subgroups, 1 or W query tokens and head_dim a multiple of 4: {v:?}"
+            )));
+        }
+        return render(
+            "paged_attention_blocked.wgsl",
+            context! {
+                head_dim => v.head_dim,
+                w => v.w,
+                g => v.g,
+                tile => v.qt > 1,
+                kv_tex => v.kv_tex,
+                slots_per_layer => super::kv_tex::SLOTS_PER_LAYER,
+            },
+        );
+    }
     render(
         "paged_attention.wgsl",
         context! {

@@ -230,11 +230,38 @@ mod tests {
                     qt,
                     kv_tex,
                     subgroups,
+                    blocked: false,
                 };
                 let src = attention::source(v).unwrap();
                 assert_eq!(src.contains("textureLoad(k_tex"), kv_tex, "{v:?}");
                 validate(&format!("{v:?}"), &src);
             }
+            // Keys in blocks of W: decodes and tiles of W tokens.
+            for (kv_tex, qt) in [(false, 1), (true, 1), (false, w), (true, w)] {
+                let v = AttentionVariant {
+                    head_dim,
+                    w,
+                    g,
+                    qt,
+                    kv_tex,
+                    subgroups: true,
+                    blocked: true,
+                };
+                let src = attention::source(v).unwrap();
+                assert_eq!(src.contains("textureLoad(k_tex"), kv_tex, "{v:?}");
+                assert_eq!(src.contains("n_max"), qt > 1, "{v:?}");
+                validate(&format!("{v:?}"), &src);
+            }
+            let v = AttentionVariant {
+                head_dim,
+                w,
+                g,
+                qt: 2,
+                kv_tex: false,
+                subgroups: false,
+                blocked: true,
+            };
+            assert!(attention::source(v).is_err(), "{v:?}");
         }
     }
 

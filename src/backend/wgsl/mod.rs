@@ -250,6 +250,16 @@ impl Kernels {
         let subgroups = self.cpu_shapes
             && self.ctx.features.contains(wgpu::Features::SUBGROUP)
             && self.ctx.info.subgroup_min_size >= w;
+        // Lanes of one subgroup (CPU adapters): keys in blocks of W, and
+        // prefill-sized steps a tile of W tokens a workgroup whose lanes
+        // share each block's K/V rows by broadcast (a 512-token prefill's
+        // attention: see the README's profile).
+        let blocked = subgroups && w == 8 && head_dim.is_multiple_of(4);
+        let qt = match blocked {
+            true if t >= 64 && g * head_dim <= 512 => w,
+            true => 1,
+            false => qt,
+        };
         attention::AttentionVariant {
             head_dim,
             w,
@@ -257,6 +267,7 @@ impl Kernels {
             qt,
             kv_tex: false,
             subgroups,
+            blocked,
         }
     }
 
@@ -264,7 +275,8 @@ impl Kernels {
         variant_kernel(&self.attention, v, || {
             let kv = if v.kv_tex { "_kvtex" } else { "" };
             let sg = if v.subgroups { "_sg" } else { "" };
-            let name = format!("paged_attention_{}x{}x{}x{}{kv}{sg}", v.head_dim, v.w, v.g, v.qt);
+            let blk = if v.blocked { "_blocked" } else { "" };
+            let name = format!("paged_attention_{}x{}x{}x{}{kv}{sg}{blk}", v.head_dim, v.w, v.g, v.qt);
             let tex = Binding::TexF32Array;
             let storage = if v.kv_tex {
                 [R, tex, tex, R, R, R, RW]

@@ -28,6 +28,10 @@ pub const SHADER_FILES: &[(&str, &str)] = &[
         "paged_attention.wgsl",
         include_str!("../../../shaders/paged_attention.wgsl"),
     ),
+    (
+        "paged_attention_blocked.wgsl",
+        include_str!("../../../shaders/paged_attention_blocked.wgsl"),
+    ),
     ("rms_norm.wgsl", include_str!("../../../shaders/rms_norm.wgsl")),
     ("rope.wgsl", include_str!("../../../shaders/rope.wgsl")),
     (

@@ -1,0 +1,296 @@
+// paged_attention_blocked.wgsl — varlen causal attention over the paged KV
+// cache for CPU adapters (the W lanes of a workgroup one subgroup): the keys
+// in blocks of W with one online softmax per (token, head), as FlashAttention
+// orders them. Same bindings, params and output as paged_attention.wgsl.
+// A template (rendered by src/backend/wgsl/attention.rs) for a head_dim HD,
+// W lanes, G query heads of one KV head, and a tile of W query tokens (`tile`).
+//
+// Two ways to run a token, one reduction order (below), so the same bits:
+// - decode (one token a workgroup): lane l scores key bW + l of each block for
+//   the G heads, then owns the output texels i ≡ l (mod W) of every head and
+//   folds the block's W values into them; nothing is merged across lanes.
+// - tile (`tile`, the W tokens of a workgroup consecutive positions of one
+//   sequence, as in a prefill chunk): lane l is token first + l. Each block's
+//   K and V rows are fetched once, a row a lane, and shared with
+//   subgroupBroadcast; every lane scores the W keys and folds the W values
+//   into its own q's accumulators (GEMM-like: three FMAs a broadcast). Tiles
+//   of mixed sequences run their tokens one after the other as decodes.
+//
+// Reduction order (batch invariance) of a token with n keys, per head: blocks
+// b = 0 .. ceil(n / W) - 1 in order; in block b key j = bW + jj (jj = 0..W-1)
+// has score sc_j = (fma chain of q·k over d in increasing order) · scale, or
+// NEG past n; mn = max(m, max_j sc_j); corr = exp(m - mn); p_j = exp(sc_j - mn)
+// (0 past n); s = s·corr, then s = s + p_j for jj in order; acc = acc·corr,
+// then acc = fma(p_j, v_j, acc) for jj in order (v_j = 0 past n); m = mn.
+// out = acc / s. Nothing depends on T, the other tokens, chunking or tiling.
+
+struct Params {
+    t: u32,
+    heads: u32,
+    kv_heads: u32,
+    q_stride: u32,
+    block_size: u32,
+    max_blocks: u32,
+    scale: f32,
+    _p0: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> q: array<f32>;
+{% if kv_tex %}
+@group(0) @binding(2) var k_tex: texture_2d_array<f32>;
+@group(0) @binding(3) var v_tex: texture_2d_array<f32>;
+{% else %}
+@group(0) @binding(2) var<storage, read> k_cache: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> v_cache: array<vec4<f32>>;
+{% endif %}
+@group(0) @binding(4) var<storage, read> positions: array<u32>;
+@group(0) @binding(5) var<storage, read> token_seq: array<u32>;
+@group(0) @binding(6) var<storage, read> block_tables: array<u32>;
+@group(0) @binding(7) var<storage, read_write> out: array<f32>;
+
+const NEG: f32 = -3.0e38;
+const HD: u32 = {{ head_dim }}u;
+const W: u32 = {{ w }}u;
+const G: u32 = {{ g }}u;
+const D4: u32 = {{ head_dim // 4 }}u;
+{% set d4 = head_dim // 4 %}
+{# Output texels a lane owns in the decode: i = c·W + l. #}
+{% set dl = (d4 + w - 1) // w %}
+
+// The cache slot of key j of the sequence whose block_tables row starts at `table`.
+fn slot_of(table: u32, j: u32) -> u32 {
+    let blk = block_tables[table + j / p.block_size];
+    return blk * p.block_size + j % p.block_size;
+}
+
+// Texel i (4 floats) of KV head kvh's K / V row at `slot`.
+{% if kv_tex %}
+fn k_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
+    return textureLoad(k_tex, vec2<u32>(kvh * D4 + i, slot % {{ slots_per_layer }}u), slot / {{ slots_per_layer }}u, 0);
+}
+fn v_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
+    return textureLoad(v_tex, vec2<u32>(kvh * D4 + i, slot % {{ slots_per_layer }}u), slot / {{ slots_per_layer }}u, 0);
+}
+{% else %}
+fn k_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
+    return k_cache[slot * p.kv_heads * D4 + kvh * D4 + i];
+}
+fn v_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
+    return v_cache[slot * p.kv_heads * D4 + kvh * D4 + i];
+}
+{% endif %}
+
+{#
+  decode(): token t0 (a subgroup-uniform value) alone, lanes over keys for the
+  scores and over output texels for the values.
+#}
+{% macro decode() %}
+{
+let n = positions[t0] + 1u;
+let table = token_seq[t0] * p.max_blocks;
+{% for gi in range(g) %}
+let qb{{ gi }} = t0 * p.q_stride + (h0 + {{ gi }}u) * HD;
+  {% for i in range(d4) %}
+let q{{ gi }}_{{ i }} = vec4<f32>(q[qb{{ gi }} + {{ 4 * i }}u], q[qb{{ gi }} + {{ 4 * i + 1 }}u], q[qb{{ gi }} + {{ 4 * i + 2 }}u], q[qb{{ gi }} + {{ 4 * i + 3 }}u]);
+  {% endfor %}
+var m{{ gi }} = NEG;
+var s{{ gi }} = 0.0;
+  {% for c in range(dl) %}
+var a{{ gi }}_{{ c }} = vec4<f32>(0.0);
+  {% endfor %}
+{% endfor %}
+{% for c in range(dl) %}
+let ti{{ c }} = min({{ c * w }}u + l, D4 - 1u);
+{% endfor %}
+let nb = (n + W - 1u) / W;
+for (var b = 0u; b < nb; b = b + 1u) {
+let j = b * W + l;
+let live = j < n;
+let slot = slot_of(table, min(j, n - 1u));
+{% for i in range(d4) %}
+let k{{ i }} = k_at(slot, kvh, {{ i }}u);
+{% endfor %}
+{% for gi in range(g) %}
+var dot{{ gi }} = 0.0;
+  {% for i in range(d4) %}
+    {% for cc in ["x", "y", "z", "w"] %}
+dot{{ gi }} = fma(q{{ gi }}_{{ i }}.{{ cc }}, k{{ i }}.{{ cc }}, dot{{ gi }});
+    {% endfor %}
+  {% endfor %}
+let sc{{ gi }} = select(NEG, dot{{ gi }} * p.scale, live);
+let mn{{ gi }} = max(m{{ gi }}, subgroupMax(sc{{ gi }}));
+let corr{{ gi }} = exp(m{{ gi }} - mn{{ gi }});
+let pe{{ gi }} = select(0.0, exp(sc{{ gi }} - mn{{ gi }}), live);
+m{{ gi }} = mn{{ gi }};
+s{{ gi }} = s{{ gi }} * corr{{ gi }};
+  {% for c in range(dl) %}
+a{{ gi }}_{{ c }} = a{{ gi }}_{{ c }} * corr{{ gi }};
+  {% endfor %}
+{% endfor %}
+{% for jj in range(w) %}
+{
+let vslot = subgroupBroadcast(slot, {{ jj }}u);
+let vlive = b * W + {{ jj }}u < n;
+  {% for c in range(dl) %}
+let v{{ c }} = select(vec4<f32>(0.0), v_at(vslot, kvh, ti{{ c }}), vlive);
+  {% endfor %}
+  {% for gi in range(g) %}
+let p{{ gi }} = subgroupBroadcast(pe{{ gi }}, {{ jj }}u);
+s{{ gi }} = s{{ gi }} + p{{ gi }};
+    {% for c in range(dl) %}
+a{{ gi }}_{{ c }} = fma(vec4<f32>(p{{ gi }}), v{{ c }}, a{{ gi }}_{{ c }});
+    {% endfor %}
+  {% endfor %}
+}
+{% endfor %}
+}
+{% for gi in range(g) %}
+  {% for c in range(dl) %}
+if ({{ c * w }}u + l < D4) {
+let ob = t0 * p.heads * HD + (h0 + {{ gi }}u) * HD + 4u * ({{ c * w }}u + l);
+let r = a{{ gi }}_{{ c }} / s{{ gi }};
+out[ob] = r.x; out[ob + 1u] = r.y; out[ob + 2u] = r.z; out[ob + 3u] = r.w;
+}
+  {% endfor %}
+{% endfor %}
+}
+{% endmacro %}
+{#
+  tile_block(masked): block b of the tile's key loop. Unmasked: every key of
+  the block is within every lane's token; masked: lane tokens end inside or
+  before it (keys past n masked, a block wholly past n leaves the state as it was).
+#}
+{% macro tile_block(masked) %}
+{
+let j = b * W + l;
+let slot = slot_of(table, min(j, n_max - 1u));
+{% for i in range(d4) %}
+let k{{ i }} = k_at(slot, kvh, {{ i }}u);
+{% endfor %}
+{% for i in range(d4) %}
+let v{{ i }} = v_at(slot, kvh, {{ i }}u);
+{% endfor %}
+{% if masked %}
+let live = b * W < n;
+{% endif %}
+{% for jj in range(w) %}
+  {% for gi in range(g) %}
+var sc{{ gi }}_{{ jj }}: f32;
+  {% endfor %}
+{
+  {% for gi in range(g) %}
+var dot{{ gi }} = 0.0;
+  {% endfor %}
+  {% for i in range(d4) %}
+let kb{{ i }} = subgroupBroadcast(k{{ i }}, {{ jj }}u);
+    {% for gi in range(g) %}
+      {% for cc in ["x", "y", "z", "w"] %}
+dot{{ gi }} = fma(q{{ gi }}_{{ i }}.{{ cc }}, kb{{ i }}.{{ cc }}, dot{{ gi }});
+      {% endfor %}
+    {% endfor %}
+  {% endfor %}
+  {% for gi in range(g) %}
+    {% if masked %}
+sc{{ gi }}_{{ jj }} = select(NEG, dot{{ gi }} * p.scale, b * W + {{ jj }}u < n);
+    {% else %}
+sc{{ gi }}_{{ jj }} = dot{{ gi }} * p.scale;
+    {% endif %}
+  {% endfor %}
+}
+{% endfor %}
+{% for gi in range(g) %}
+let mn{{ gi }} = max(m{{ gi }}, {% for jj in range(w - 1) %}max(sc{{ gi }}_{{ jj }}, {% endfor %}sc{{ gi }}_{{ w - 1 }}{% for jj in range(w - 1) %}){% endfor %});
+let corr{{ gi }} = exp(m{{ gi }} - mn{{ gi }});
+  {% for jj in range(w) %}
+    {% if masked %}
+let p{{ gi }}_{{ jj }} = select(0.0, exp(sc{{ gi }}_{{ jj }} - mn{{ gi }}), b * W + {{ jj }}u < n);
+    {% else %}
+let p{{ gi }}_{{ jj }} = exp(sc{{ gi }}_{{ jj }} - mn{{ gi }});
+    {% endif %}
+  {% endfor %}
+var ns{{ gi }} = s{{ gi }} * corr{{ gi }};
+  {% for jj in range(w) %}
+ns{{ gi }} = ns{{ gi }} + p{{ gi }}_{{ jj }};
+  {% endfor %}
+  {% if masked %}
+s{{ gi }} = select(s{{ gi }}, ns{{ gi }}, live);
+m{{ gi }} = select(m{{ gi }}, mn{{ gi }}, live);
+  {% else %}
+s{{ gi }} = ns{{ gi }};
+m{{ gi }} = mn{{ gi }};
+  {% endif %}
+{% endfor %}
+{% for i in range(d4) %}
+{
+  {% for gi in range(g) %}
+var na{{ gi }} = a{{ gi }}_{{ i }} * corr{{ gi }};
+  {% endfor %}
+  {% for jj in range(w) %}
+    {% if masked %}
+let vb{{ jj }} = select(vec4<f32>(0.0), subgroupBroadcast(v{{ i }}, {{ jj }}u), b * W + {{ jj }}u < n);
+    {% else %}
+let vb{{ jj }} = subgroupBroadcast(v{{ i }}, {{ jj }}u);
+    {% endif %}
+    {% for gi in range(g) %}
+na{{ gi }} = fma(vec4<f32>(p{{ gi }}_{{ jj }}), vb{{ jj }}, na{{ gi }});
+    {% endfor %}
+  {% endfor %}
+  {% for gi in range(g) %}
+    {% if masked %}
+a{{ gi }}_{{ i }} = select(a{{ gi }}_{{ i }}, na{{ gi }}, live);
+    {% else %}
+a{{ gi }}_{{ i }} = na{{ gi }};
+    {% endif %}
+  {% endfor %}
+}
+{% endfor %}
+}
+{% endmacro %}
+@compute @workgroup_size(W)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+let h0 = wid.x * G;
+let l = lid.x;
+let kvh = h0 / (p.heads / p.kv_heads);
+{% if tile %}
+let first = wid.y * W;
+let last = first + W - 1u;
+// The tile path: W consecutive positions of one sequence.
+if (last < p.t && token_seq[first] == token_seq[last] && positions[last] == positions[first] + W - 1u) {
+let t = first + l;
+let n = positions[t] + 1u;
+let n_min = positions[first] + 1u;
+let n_max = positions[last] + 1u;
+let table = token_seq[first] * p.max_blocks;
+  {% for gi in range(g) %}
+let qb{{ gi }} = t * p.q_stride + (h0 + {{ gi }}u) * HD;
+    {% for i in range(d4) %}
+let q{{ gi }}_{{ i }} = vec4<f32>(q[qb{{ gi }} + {{ 4 * i }}u], q[qb{{ gi }} + {{ 4 * i + 1 }}u], q[qb{{ gi }} + {{ 4 * i + 2 }}u], q[qb{{ gi }} + {{ 4 * i + 3 }}u]);
+var a{{ gi }}_{{ i }} = vec4<f32>(0.0);
+    {% endfor %}
+var m{{ gi }} = NEG;
+var s{{ gi }} = 0.0;
+  {% endfor %}
+// Blocks within every lane's keys, then the last ones, masked.
+let full = n_min / W;
+for (var b = 0u; b < full; b = b + 1u) {{ tile_block(false) }}
+for (var b = full; b < (n_max + W - 1u) / W; b = b + 1u) {{ tile_block(true) }}
+  {% for gi in range(g) %}
+let ob{{ gi }} = t * p.heads * HD + (h0 + {{ gi }}u) * HD;
+    {% for i in range(d4) %}
+{ let r = a{{ gi }}_{{ i }} / s{{ gi }}; out[ob{{ gi }} + {{ 4 * i }}u] = r.x; out[ob{{ gi }} + {{ 4 * i + 1 }}u] = r.y; out[ob{{ gi }} + {{ 4 * i + 2 }}u] = r.z; out[ob{{ gi }} + {{ 4 * i + 3 }}u] = r.w; }
+    {% endfor %}
+  {% endfor %}
+return;
+}
+for (var t = first; t < min(first + W, p.t); t = t + 1u) {
+let t0 = t;
+{{ decode() }}
+}
+{% else %}
+// One token (the dispatch has exactly T rows of workgroups), outside control
+// flow: llvmpipe loads uniform addresses (q, positions) once for all lanes.
+let t0 = wid.y;
+{{ decode() }}
+{% endif %}
+}
