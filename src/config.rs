@@ -68,6 +68,8 @@ pub enum StepTarget {
     Auto,
     /// Milliseconds.
     Ms(f64),
+    /// This many times the predicted decode step of all live requests.
+    Factor(f64),
     /// No target: every step may batch `max_num_batched_tokens`.
     Off,
 }
@@ -78,10 +80,19 @@ impl std::str::FromStr for StepTarget {
         match s.trim().to_ascii_lowercase().as_str() {
             "auto" => Ok(Self::Auto),
             "off" | "none" => Ok(Self::Off),
-            ms => match ms.parse::<f64>() {
-                Ok(v) if v.is_finite() && v > 0.0 => Ok(Self::Ms(v)),
-                _ => Err(format!("step target {s:?}: want auto, off, or milliseconds above 0")),
-            },
+            t => {
+                let (num, factor) = match t.strip_suffix('x') {
+                    Some(f) => (f, true),
+                    None => (t, false),
+                };
+                match num.trim().parse::<f64>() {
+                    Ok(v) if v.is_finite() && factor && v >= 1.0 => Ok(Self::Factor(v)),
+                    Ok(v) if v.is_finite() && !factor && v > 0.0 => Ok(Self::Ms(v)),
+                    _ => Err(format!(
+                        "step target {s:?}: want auto, off, milliseconds above 0, or a multiple of a decode step of at least 1 (e.g. 2x)"
+                    )),
+                }
+            }
         }
     }
 }
@@ -92,6 +103,7 @@ impl std::fmt::Display for StepTarget {
             Self::Auto => write!(f, "auto"),
             Self::Off => write!(f, "off"),
             Self::Ms(v) => write!(f, "{v}"),
+            Self::Factor(v) => write!(f, "{v}x"),
         }
     }
 }

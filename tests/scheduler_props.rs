@@ -99,7 +99,7 @@ proptest! {
         max_seqs in 1usize..8,
         blocks in 16usize..48,
         caching in any::<bool>(),
-        target in prop::sample::select(vec![StepTarget::Off, StepTarget::Auto, StepTarget::Ms(5.0), StepTarget::Ms(60.0)]),
+        target in prop::sample::select(vec![StepTarget::Off, StepTarget::Auto, StepTarget::Factor(3.0), StepTarget::Ms(5.0), StepTarget::Ms(60.0)]),
         groups in 1usize..5,
     ) {
         let mut step_budget = StepBudget::new(target);

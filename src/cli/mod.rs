@@ -66,9 +66,9 @@ pub struct EngineArgs {
     #[arg(long, global = true, env = "WLLM_CUBLAS_MIN_T")]
     pub cublas_min_t: Option<u32>,
     /// Step time a step with running decodes aims at: its prefill chunk is cut to fit, from the
-    /// measured cost of a token. auto = 1.5 x a decode step of every live request; a number is
-    /// milliseconds; off = always up to --max-num-batched-tokens.
-    #[arg(long, global = true, default_value = "auto")]
+    /// measured cost of a token. auto = 1.5 x a decode step of every live request; Nx = N times
+    /// it (e.g. 2.5x); a number is milliseconds; off = always up to --max-num-batched-tokens.
+    #[arg(long, global = true, default_value = "auto", env = "WLLM_STEP_TARGET")]
     pub step_target: wllm::config::StepTarget,
     /// Quantise the weights at load to one of llama.cpp's mixes (Q4_K_M, Q8_0, Q2_K, …), e.g. to run a
     /// Hugging Face directory in less memory; `wllm quantize` writes the result to a file instead.

@@ -92,6 +92,7 @@ impl StepBudget {
             StepTarget::Off => return hard_cap,
             StepTarget::Ms(ms) => ms,
             StepTarget::Auto => AUTO_FACTOR * (fixed + per_token * live.max(decodes) as f64),
+            StepTarget::Factor(f) => f * (fixed + per_token * live.max(decodes) as f64),
         };
         let fits = ((target - fixed) / per_token).floor().max(0.0) as usize;
         let g = min_chunk.max(1);
@@ -153,6 +154,15 @@ mod tests {
         assert_eq!(b.max_tokens(16, 16, 16, 512), 32);
         assert_eq!(b.max_tokens(5, 16, 16, 512), 32);
         assert_eq!(b.max_tokens(5, 16, 1, 512), 6);
+        // A factor: the most whole blocks within that many decode steps.
+        b.target = StepTarget::Factor(3.0);
+        let f = b.max_tokens(5, 64, 16, 512);
+        let target = 3.0 * b.cost.predict(64).unwrap();
+        assert!(f > m && f.is_multiple_of(16), "{f} vs {m}");
+        assert!(
+            b.cost.predict(f).unwrap() <= target && b.cost.predict(f + 16).unwrap() > target,
+            "{f}"
+        );
         b.target = StepTarget::Off;
         assert_eq!(b.max_tokens(16, 16, 16, 512), 512);
         // Never above the hard cap.
@@ -165,6 +175,10 @@ mod tests {
         assert_eq!("auto".parse::<StepTarget>(), Ok(StepTarget::Auto));
         assert_eq!("OFF".parse::<StepTarget>(), Ok(StepTarget::Off));
         assert_eq!("250".parse::<StepTarget>(), Ok(StepTarget::Ms(250.0)));
+        assert_eq!("2.5x".parse::<StepTarget>(), Ok(StepTarget::Factor(2.5)));
+        assert_eq!(StepTarget::Factor(2.5).to_string(), "2.5x");
+        assert!("0.5x".parse::<StepTarget>().is_err());
+        assert!("x".parse::<StepTarget>().is_err());
         assert!("-3".parse::<StepTarget>().is_err());
         assert!("fast".parse::<StepTarget>().is_err());
     }
