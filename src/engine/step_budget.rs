@@ -88,11 +88,12 @@ impl StepBudget {
         let Some((fixed, per_token)) = self.cost.fit() else {
             return hard_cap;
         };
+        let decode_step = fixed + per_token * live.max(decodes) as f64;
         let target = match self.target {
             StepTarget::Off => return hard_cap,
             StepTarget::Ms(ms) => ms,
-            StepTarget::Auto => AUTO_FACTOR * (fixed + per_token * live.max(decodes) as f64),
-            StepTarget::Factor(f) => f * (fixed + per_token * live.max(decodes) as f64),
+            StepTarget::Auto => AUTO_FACTOR * decode_step,
+            StepTarget::Factor(f) => f * decode_step,
         };
         let fits = ((target - fixed) / per_token).floor().max(0.0) as usize;
         let g = min_chunk.max(1);
