@@ -31,35 +31,7 @@
 //   With `subgroups` (the W lanes one subgroup, CPU adapters) the lanes merge
 //   with subgroupMax / subgroupAdd instead: the same for every T and QT too.
 
-struct Params {
-    t: u32,
-    heads: u32,
-    kv_heads: u32,
-    q_stride: u32,
-    block_size: u32,
-    max_blocks: u32,
-    scale: f32,
-    _p0: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-{% if kv_tex %}
-@group(0) @binding(2) var k_tex: texture_2d_array<f32>;
-@group(0) @binding(3) var v_tex: texture_2d_array<f32>;
-{% else %}
-@group(0) @binding(2) var<storage, read> k_cache: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> v_cache: array<vec4<f32>>;
-{% endif %}
-@group(0) @binding(4) var<storage, read> positions: array<u32>;
-@group(0) @binding(5) var<storage, read> token_seq: array<u32>;
-@group(0) @binding(6) var<storage, read> block_tables: array<u32>;
-@group(0) @binding(7) var<storage, read_write> out: array<f32>;
-
-const NEG: f32 = -3.0e38;
-const HD: u32 = {{ head_dim }}u;
-const W: u32 = {{ w }}u;
-const G: u32 = {{ g }}u;
+{% include "attention_common.wgsl" %}
 {% if not subgroups %}
 var<workgroup> lane_m: array<f32, W * G>;
 var<workgroup> lane_s: array<f32, W * G>;
@@ -87,26 +59,13 @@ var s{{ ti }}_{{ gi }} = 0.0;
 let table = token_seq[t0] * p.max_blocks;
 let n_max = {% for ti in range(n) %}{{ "max(" if not loop.last }}n{{ ti }}{{ ", " if not loop.last }}{% endfor %}{% for ti in range(n - 1) %}){% endfor %};
 for (var j = l; j < n_max; j = j + W) {
-let blk = block_tables[table + j / p.block_size];
-let slot = blk * p.block_size + j % p.block_size;
-{% if kv_tex %}
-let ky = slot % {{ slots_per_layer }}u;
-let kl = slot / {{ slots_per_layer }}u;
-  {% for i in range(d4) %}
-let k{{ i }} = textureLoad(k_tex, vec2<u32>(kvh * (HD / 4u) + {{ i }}u, ky), kl, 0);
-  {% endfor %}
-  {% for i in range(d4) %}
-let v{{ i }} = textureLoad(v_tex, vec2<u32>(kvh * (HD / 4u) + {{ i }}u, ky), kl, 0);
-  {% endfor %}
-{% else %}
-let base = slot * kv4 + kvh * (HD / 4u);
-  {% for i in range(d4) %}
-let k{{ i }} = k_cache[base + {{ i }}u];
-  {% endfor %}
-  {% for i in range(d4) %}
-let v{{ i }} = v_cache[base + {{ i }}u];
-  {% endfor %}
-{% endif %}
+let slot = slot_of(table, j);
+{% for i in range(d4) %}
+let k{{ i }} = k_at(slot, kvh, {{ i }}u);
+{% endfor %}
+{% for i in range(d4) %}
+let v{{ i }} = v_at(slot, kvh, {{ i }}u);
+{% endfor %}
 {% for ti in range(n) %}
 if (j < n{{ ti }}) {
   {% for gi in range(g) %}
@@ -187,7 +146,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 let h0 = wid.x * G;
 let l = lid.x;
 let kvh = h0 / (p.heads / p.kv_heads);
-let kv4 = p.kv_heads * HD / 4u;
 let first = wid.y * {{ qt }}u;
 {% if qt > 1 %}
 // Whole tile of one sequence: one pass over the keys for all of it.

@@ -24,63 +24,23 @@
 // then acc = fma(p_j, v_j, acc) for jj in order (v_j = 0 past n); m = mn.
 // out = acc / s. Nothing depends on T, the other tokens, chunking or tiling.
 
-struct Params {
-    t: u32,
-    heads: u32,
-    kv_heads: u32,
-    q_stride: u32,
-    block_size: u32,
-    max_blocks: u32,
-    scale: f32,
-    _p0: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-{% if kv_tex %}
-@group(0) @binding(2) var k_tex: texture_2d_array<f32>;
-@group(0) @binding(3) var v_tex: texture_2d_array<f32>;
-{% else %}
-@group(0) @binding(2) var<storage, read> k_cache: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> v_cache: array<vec4<f32>>;
-{% endif %}
-@group(0) @binding(4) var<storage, read> positions: array<u32>;
-@group(0) @binding(5) var<storage, read> token_seq: array<u32>;
-@group(0) @binding(6) var<storage, read> block_tables: array<u32>;
-@group(0) @binding(7) var<storage, read_write> out: array<f32>;
-
-const NEG: f32 = -3.0e38;
-const HD: u32 = {{ head_dim }}u;
-const W: u32 = {{ w }}u;
-const G: u32 = {{ g }}u;
-const D4: u32 = {{ head_dim // 4 }}u;
+{% include "attention_common.wgsl" %}
 {% set d4 = head_dim // 4 %}
 {# Output texels a lane owns in the decode: i = c·W + l. #}
 {% set dl = (d4 + w - 1) // w %}
 
-// The cache slot of key j of the sequence whose block_tables row starts at `table`.
-fn slot_of(table: u32, j: u32) -> u32 {
-    let blk = block_tables[table + j / p.block_size];
-    return blk * p.block_size + j % p.block_size;
-}
-
-// Texel i (4 floats) of KV head kvh's K / V row at `slot`.
-{% if kv_tex %}
-fn k_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
-    return textureLoad(k_tex, vec2<u32>(kvh * D4 + i, slot % {{ slots_per_layer }}u), slot / {{ slots_per_layer }}u, 0);
-}
-fn v_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
-    return textureLoad(v_tex, vec2<u32>(kvh * D4 + i, slot % {{ slots_per_layer }}u), slot / {{ slots_per_layer }}u, 0);
-}
-{% else %}
-fn k_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
-    return k_cache[slot * p.kv_heads * D4 + kvh * D4 + i];
-}
-fn v_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
-    return v_cache[slot * p.kv_heads * D4 + kvh * D4 + i];
-}
-{% endif %}
-
+{#
+  load_q(t): token t's query heads h0 .. h0 + G - 1 into registers q{gi}_{i}
+  (texel i of head gi), for the decode and the tile path alike.
+#}
+{% macro load_q(t) %}
+{% for gi in range(g) %}
+let qb{{ gi }} = {{ t }} * p.q_stride + (h0 + {{ gi }}u) * HD;
+  {% for i in range(d4) %}
+let q{{ gi }}_{{ i }} = vec4<f32>(q[qb{{ gi }} + {{ 4 * i }}u], q[qb{{ gi }} + {{ 4 * i + 1 }}u], q[qb{{ gi }} + {{ 4 * i + 2 }}u], q[qb{{ gi }} + {{ 4 * i + 3 }}u]);
+  {% endfor %}
+{% endfor %}
+{% endmacro %}
 {#
   decode(): token t0 (a subgroup-uniform value) alone, lanes over keys for the
   scores and over output texels for the values.
@@ -89,11 +49,8 @@ fn v_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
 {
 let n = positions[t0] + 1u;
 let table = token_seq[t0] * p.max_blocks;
+{{ load_q("t0") -}}
 {% for gi in range(g) %}
-let qb{{ gi }} = t0 * p.q_stride + (h0 + {{ gi }}u) * HD;
-  {% for i in range(d4) %}
-let q{{ gi }}_{{ i }} = vec4<f32>(q[qb{{ gi }} + {{ 4 * i }}u], q[qb{{ gi }} + {{ 4 * i + 1 }}u], q[qb{{ gi }} + {{ 4 * i + 2 }}u], q[qb{{ gi }} + {{ 4 * i + 3 }}u]);
-  {% endfor %}
 var m{{ gi }} = NEG;
 var s{{ gi }} = 0.0;
   {% for c in range(dl) %}
@@ -262,10 +219,9 @@ let n = positions[t] + 1u;
 let n_min = positions[first] + 1u;
 let n_max = positions[last] + 1u;
 let table = token_seq[first] * p.max_blocks;
+{{ load_q("t") -}}
   {% for gi in range(g) %}
-let qb{{ gi }} = t * p.q_stride + (h0 + {{ gi }}u) * HD;
     {% for i in range(d4) %}
-let q{{ gi }}_{{ i }} = vec4<f32>(q[qb{{ gi }} + {{ 4 * i }}u], q[qb{{ gi }} + {{ 4 * i + 1 }}u], q[qb{{ gi }} + {{ 4 * i + 2 }}u], q[qb{{ gi }} + {{ 4 * i + 3 }}u]);
 var a{{ gi }}_{{ i }} = vec4<f32>(0.0);
     {% endfor %}
 var m{{ gi }} = NEG;

@@ -13,6 +13,10 @@ use crate::gpu::GpuError;
 /// made of (and what keys the persisted pipeline cache).
 pub const SHADER_FILES: &[(&str, &str)] = &[
     ("argmax.wgsl", include_str!("../../../shaders/argmax.wgsl")),
+    (
+        "attention_common.wgsl",
+        include_str!("../../../shaders/attention_common.wgsl"),
+    ),
     ("cache_write.wgsl", include_str!("../../../shaders/cache_write.wgsl")),
     (
         "cache_write_tex.wgsl",

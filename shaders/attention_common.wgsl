@@ -1,0 +1,59 @@
+// attention_common.wgsl — what paged_attention.wgsl and
+// paged_attention_blocked.wgsl share, included by both: the parameters, the
+// bindings (described in paged_attention.wgsl's header), the shape constants
+// and how a key's K and V rows are found in the paged cache. One definition,
+// so the two kernels cannot disagree on a binding or a cache layout.
+
+struct Params {
+    t: u32,
+    heads: u32,
+    kv_heads: u32,
+    q_stride: u32,
+    block_size: u32,
+    max_blocks: u32,
+    scale: f32,
+    _p0: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> q: array<f32>;
+{% if kv_tex %}
+@group(0) @binding(2) var k_tex: texture_2d_array<f32>;
+@group(0) @binding(3) var v_tex: texture_2d_array<f32>;
+{% else %}
+@group(0) @binding(2) var<storage, read> k_cache: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> v_cache: array<vec4<f32>>;
+{% endif %}
+@group(0) @binding(4) var<storage, read> positions: array<u32>;
+@group(0) @binding(5) var<storage, read> token_seq: array<u32>;
+@group(0) @binding(6) var<storage, read> block_tables: array<u32>;
+@group(0) @binding(7) var<storage, read_write> out: array<f32>;
+
+const NEG: f32 = -3.0e38;
+const HD: u32 = {{ head_dim }}u;
+const W: u32 = {{ w }}u;
+const G: u32 = {{ g }}u;
+const D4: u32 = {{ head_dim // 4 }}u;
+
+// The cache slot of key j of the sequence whose block_tables row starts at `table`.
+fn slot_of(table: u32, j: u32) -> u32 {
+    let blk = block_tables[table + j / p.block_size];
+    return blk * p.block_size + j % p.block_size;
+}
+
+// Texel i (4 floats) of KV head kvh's K / V row at `slot`.
+{% if kv_tex %}
+fn k_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
+    return textureLoad(k_tex, vec2<u32>(kvh * D4 + i, slot % {{ slots_per_layer }}u), slot / {{ slots_per_layer }}u, 0);
+}
+fn v_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
+    return textureLoad(v_tex, vec2<u32>(kvh * D4 + i, slot % {{ slots_per_layer }}u), slot / {{ slots_per_layer }}u, 0);
+}
+{% else %}
+fn k_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
+    return k_cache[slot * p.kv_heads * D4 + kvh * D4 + i];
+}
+fn v_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
+    return v_cache[slot * p.kv_heads * D4 + kvh * D4 + i];
+}
+{% endif %}
