@@ -118,6 +118,7 @@ fn run_case_on(
         block_tables: &tb,
         max_blocks: max_blocks as u32,
         kv_rows: (total_blocks * bs) as u32,
+        max_query_len: queries.len() as u32,
     };
     let mut enc = encoder();
     ks.paged_attention(&mut enc, &qb, u32::MAX, kv, h as u32, queries.len() as u32, &out)

@@ -191,6 +191,7 @@ fn gemm_rope_kv_with_norm_is_the_same_under_every_tile_and_close_to_rms_norm_the
                 block_tables: &pb,
                 max_blocks: 1,
                 kv_rows: slots as u32,
+                max_query_len: t as u32,
             };
             let mut enc = encoder();
             let yr = Rows::new(&qkv, width);

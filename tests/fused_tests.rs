@@ -180,6 +180,7 @@ fn rope_cache_write_equals_rope_then_cache_write() {
                 block_tables: &pb,
                 max_blocks: 1,
                 kv_rows: slots as u32,
+                max_query_len: t as u32,
             };
             let rope = RopeArgs {
                 positions: &pb,
@@ -318,6 +319,7 @@ fn gemm_rope_kv_equals_gemm_then_rope_cache_write() {
                     block_tables: &pb,
                     max_blocks: 1,
                     kv_rows: slots as u32,
+                    max_query_len: t as u32,
                 };
                 let mut enc = encoder();
                 let (xr, yr) = (Rows::new(&xb, k), Rows::new(&qkv, width));

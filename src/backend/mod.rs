@@ -80,6 +80,10 @@ pub struct PagedKv<'a, B> {
     /// Rows of the caches this step may touch: a prefix of the pool that holds
     /// every block in `block_tables` (a backend may bind only these).
     pub kv_rows: u32,
+    /// The most query tokens of one sequence in this step (1 when every token
+    /// is a decode; a prefill chunk's length). A backend may pick a kernel
+    /// variant from it, never a different result.
+    pub max_query_len: u32,
 }
 
 impl<B> Clone for PagedKv<'_, B> {

@@ -274,6 +274,7 @@ impl<B: Backend> ModelRunner<B> {
             .max()
             .map_or(0, |&b| b as usize + 1);
         let kv_blocks = top_block.next_power_of_two().min(self.kv.num_blocks);
+        let max_query_len = batch.iter().map(|c| c.len).max().unwrap_or(1) as u32;
         let forward = Forward {
             input_ids: &b.input_ids,
             positions: &b.positions,
@@ -286,6 +287,7 @@ impl<B: Backend> ModelRunner<B> {
             v_cache: &self.kv.v,
             block_size: bs as u32,
             kv_rows: (kv_blocks * bs) as u32,
+            max_query_len,
             act: &b.act,
         };
         let mut enc = ks.begin();

@@ -79,6 +79,8 @@ pub struct Forward<'a, B: Backend> {
     pub block_size: u32,
     /// Rows of the caches this step touches (see `PagedKv::kv_rows`).
     pub kv_rows: u32,
+    /// The most tokens of one sequence in this step (see `PagedKv::max_query_len`).
+    pub max_query_len: u32,
     pub act: &'a Activations<B>,
 }
 
@@ -303,6 +305,7 @@ impl<B: Backend> LlamaModel<B> {
                 block_tables: f.block_tables,
                 max_blocks: f.max_blocks,
                 kv_rows: f.kv_rows,
+                max_query_len: f.max_query_len,
             };
             let rope = RopeArgs {
                 positions: f.positions,

@@ -77,6 +77,7 @@ pub fn run_attention<B: Backend>(b: &B) -> Vec<f32> {
         block_tables: &tb,
         max_blocks: max_blocks as u32,
         kv_rows,
+        max_query_len: t as u32,
     };
     b.paged_attention(&mut s, &qb, width as u32, kv, heads as u32, t as u32, &o)
         .unwrap();

@@ -89,8 +89,8 @@ impl Kernels {
         // Decode-sized and prefill-sized steps (the token tile may differ).
         let group = heads / kv_heads.max(1);
         let (mut decode, mut prefill) = (
-            self.attention_variant(head_dim, group, 1),
-            self.attention_variant(head_dim, group, 512),
+            self.attention_variant(head_dim, group, 1, 1),
+            self.attention_variant(head_dim, group, 512, 512),
         );
         (decode.kv_tex, prefill.kv_tex) = (self.cpu_shapes, self.cpu_shapes);
         for v in [decode, prefill]

@@ -209,9 +209,16 @@ impl Kernels {
         })
     }
 
-    /// The `paged_attention` variant for a head shape: on CPU adapters a workgroup
-    /// serves every query head of a KV head (each K/V row loaded once).
-    pub(crate) fn attention_variant(&self, head_dim: u32, group: u32, t: u32) -> attention::AttentionVariant {
+    /// The `paged_attention` variant for a head shape, a step of `t` tokens
+    /// and at most `max_query_len` of one sequence: on CPU adapters a
+    /// workgroup serves every query head of a KV head (each K/V row loaded once).
+    pub(crate) fn attention_variant(
+        &self,
+        head_dim: u32,
+        group: u32,
+        t: u32,
+        max_query_len: u32,
+    ) -> attention::AttentionVariant {
         // Workgroup memory: W·G lanes of (HD accumulators + max + sum), f32.
         let fits = |w: u32, g: u32| {
             u64::from(w * g * (head_dim + 2) * 4) <= u64::from(self.ctx.limits.max_compute_workgroup_storage_size)
@@ -237,10 +244,11 @@ impl Kernels {
         // On CPU adapters, steps of many tokens (prefill chunks) give a
         // workgroup 4 tokens, which share each K/V row it loads when of one
         // sequence (a 512-token prefill's attention: 1.12 -> 0.71 s in
-        // `wllm profile`); decode-sized steps keep one token a workgroup.
+        // `wllm profile`); decode-sized steps, and steps of decodes only,
+        // keep one token a workgroup.
         // The tile's q and accumulators are registers (qt·g·head_dim floats
         // each, unrolled): bounded so the kernel stays quick to compile.
-        let qt = if self.cpu_shapes && t >= 64 {
+        let qt = if self.cpu_shapes && t >= 64 && max_query_len >= 16 {
             (768 / (g * head_dim).max(1)).clamp(1, 4)
         } else {
             1
@@ -251,12 +259,16 @@ impl Kernels {
             && self.ctx.features.contains(wgpu::Features::SUBGROUP)
             && self.ctx.info.subgroup_min_size >= w;
         // Lanes of one subgroup (CPU adapters): keys in blocks of W, and
-        // prefill-sized steps a tile of W tokens a workgroup whose lanes
-        // share each block's K/V rows by broadcast (a 512-token prefill's
-        // attention: see the README's profile).
+        // steps with a prefill chunk a tile of W tokens a workgroup whose
+        // lanes share each block's K/V rows by broadcast (a 512-token
+        // prefill's attention: see the README's profile). The tile serves
+        // W consecutive tokens of one sequence; a tile of mixed sequences
+        // runs them one after the other, so a step of decodes only (however
+        // many) keeps one token a workgroup: the tile only where a sequence
+        // brings at least 4 tiles' worth of tokens.
         let blocked = subgroups && w == 8 && head_dim.is_multiple_of(4);
         let qt = match blocked {
-            true if t >= 64 && g * head_dim <= 512 => w,
+            true if t >= 64 && max_query_len >= 4 * w && g * head_dim <= 512 => w,
             true => 1,
             false => qt,
         };

@@ -456,7 +456,7 @@ impl Backend for Kernels {
         t: u32,
         out: &wgpu::Buffer,
     ) -> Result<(), GpuError> {
-        let mut v = self.attention_variant(kv.head_dim, heads / kv.kv_heads.max(1), t);
+        let mut v = self.attention_variant(kv.head_dim, heads / kv.kv_heads.max(1), t, kv.max_query_len);
         let kv_bound = match self.kv_textures(kv.k_cache, kv.v_cache, kv.kv_rows)? {
             Some(tex) => tex,
             None => kv_caches(&kv).map(Bound::Buf),
