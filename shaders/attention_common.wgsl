@@ -57,3 +57,15 @@ fn v_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
     return v_cache[slot * p.kv_heads * D4 + kvh * D4 + i];
 }
 {% endif %}
+{#
+  kv_rows(slot, d4): the K and V rows of the key at `slot` into registers
+  k0 .. k{d4-1} and v0 .. v{d4-1} (for the including template: `import` it).
+#}
+{% macro kv_rows(slot, d4) %}
+{% for i in range(d4) %}
+let k{{ i }} = k_at({{ slot }}, kvh, {{ i }}u);
+{% endfor %}
+{% for i in range(d4) %}
+let v{{ i }} = v_at({{ slot }}, kvh, {{ i }}u);
+{% endfor %}
+{% endmacro %}

@@ -32,6 +32,7 @@
 //   with subgroupMax / subgroupAdd instead: the same for every T and QT too.
 
 {% include "attention_common.wgsl" %}
+{% import "attention_common.wgsl" as common %}
 {% if not subgroups %}
 var<workgroup> lane_m: array<f32, W * G>;
 var<workgroup> lane_s: array<f32, W * G>;
@@ -60,12 +61,7 @@ let table = token_seq[t0] * p.max_blocks;
 let n_max = {% for ti in range(n) %}{{ "max(" if not loop.last }}n{{ ti }}{{ ", " if not loop.last }}{% endfor %}{% for ti in range(n - 1) %}){% endfor %};
 for (var j = l; j < n_max; j = j + W) {
 let slot = slot_of(table, j);
-{% for i in range(d4) %}
-let k{{ i }} = k_at(slot, kvh, {{ i }}u);
-{% endfor %}
-{% for i in range(d4) %}
-let v{{ i }} = v_at(slot, kvh, {{ i }}u);
-{% endfor %}
+{{ common.kv_rows("slot", d4) -}}
 {% for ti in range(n) %}
 if (j < n{{ ti }}) {
   {% for gi in range(g) %}

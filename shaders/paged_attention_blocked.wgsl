@@ -25,6 +25,7 @@
 // out = acc / s. Nothing depends on T, the other tokens, chunking or tiling.
 
 {% include "attention_common.wgsl" %}
+{% import "attention_common.wgsl" as common %}
 {% set d4 = head_dim // 4 %}
 {# Output texels a lane owns in the decode: i = c·W + l. #}
 {% set dl = (d4 + w - 1) // w %}
@@ -122,12 +123,7 @@ out[ob] = r.x; out[ob + 1u] = r.y; out[ob + 2u] = r.z; out[ob + 3u] = r.w;
 {
 let j = b * W + l;
 let slot = slot_of(table, min(j, n_max - 1u));
-{% for i in range(d4) %}
-let k{{ i }} = k_at(slot, kvh, {{ i }}u);
-{% endfor %}
-{% for i in range(d4) %}
-let v{{ i }} = v_at(slot, kvh, {{ i }}u);
-{% endfor %}
+{{ common.kv_rows("slot", d4) -}}
 {% if masked %}
 let live = b * W < n;
 {% endif %}
