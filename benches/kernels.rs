@@ -31,8 +31,11 @@ fn main() {
     // launch sizes, and a register-only FMA kernel.
     let roofs = roofs::measure(&ks).expect("roofs");
     println!(
-        "read roof {:.2} GB/s ({}), FMA roof {:.1} GFLOP/s\n",
-        roofs.read_gbs, roofs.read_kernel, roofs.fma_gflops
+        "read roof {:.2} GB/s ({}), FMA roof {:.1} GFLOP/s, launch {:.1} µs a dispatch\n",
+        roofs.read_gbs,
+        roofs.read_kernel,
+        roofs.fma_gflops,
+        roofs.dispatch_s * 1e6
     );
 
     let formats: Vec<WeightFormat> = match std::env::var("WLLM_BENCH_FORMATS").ok() {

@@ -68,6 +68,16 @@ fn profile_prints_a_row_per_kernel_against_the_roofs() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("read roof") && text.contains("FMA roof"), "{text}");
+    // The launch cost, measured in the run, and what the step's launches come to.
+    assert!(text.contains("µs a dispatch"), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, title) in lines.iter().enumerate().filter(|(_, l)| l.starts_with("### ")) {
+        let count = |s: &str| s.split_whitespace().find_map(|w| w.parse::<usize>().ok());
+        let dispatches = title.rsplit(", ").next().and_then(count);
+        let launches = lines[i + 1..].iter().find(|l| l.starts_with("launches: ")).copied();
+        let n = launches.and_then(|l| l.strip_prefix("launches: ")).and_then(count);
+        assert!(dispatches.is_some() && n == dispatches, "{title} / {launches:?}");
+    }
     assert!(text.contains("### decode, batch 2, 8 tokens of context each"), "{text}");
     assert!(text.contains("### prefill chunk of 16 tokens"), "{text}");
     for kernel in ["gemm_", "paged_attention_", "rms_norm", "argmax", "embed_"] {

@@ -237,6 +237,14 @@ fn profile(
         "\n### {title}: {:.2} ms a step, {dispatches} dispatches\n",
         step_s * 1e3
     );
+    // What the step's launches alone cost at the measured launch cost.
+    let launches = dispatches as f64 * roofs.dispatch_s;
+    println!(
+        "launches: {dispatches} x {:.1} µs = {:.2} ms ({:.0} % of the step)\n",
+        roofs.dispatch_s * 1e6,
+        launches * 1e3,
+        100.0 * launches / step_s
+    );
     let read_roof = raised_roof(&rows, roofs.read_gbs, |r| r.3, "moved", "GB/s", "read", 2);
     let fma_roof = raised_roof(&rows, roofs.fma_gflops, |r| r.4, "reached", "GFLOP/s", "FMA", 1);
     println!("| kernel | dispatches | ms alone | % of step | GB/s | % read roof | GFLOP/s | % FMA roof |");
@@ -287,8 +295,11 @@ pub fn run(a: &ProfileArgs) -> anyhow::Result<()> {
     println!("adapter: {}", kernels.ctx.describe());
     let roofs = roofs::measure(&kernels)?;
     println!(
-        "read roof {:.2} GB/s ({}), FMA roof {:.1} GFLOP/s",
-        roofs.read_gbs, roofs.read_kernel, roofs.fma_gflops
+        "read roof {:.2} GB/s ({}), FMA roof {:.1} GFLOP/s, launch {:.1} µs a dispatch (dispatch.wgsl, 200 in one submission)",
+        roofs.read_gbs,
+        roofs.read_kernel,
+        roofs.fma_gflops,
+        roofs.dispatch_s * 1e6
     );
     let model = LlamaModel::load(&kernels, &files, &mc).context("loading the model")?;
     let max_tokens = max_batch.max(a.prefill).max(1);

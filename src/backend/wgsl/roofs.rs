@@ -2,7 +2,10 @@
 //! kernels (plain runs, unrolled runs, strided rounds from a storage buffer;
 //! rows of texels from a texture, as the gemm reads weights on CPU adapters)
 //! over several launch sizes, and the FMA roof a register-only kernel of
-//! independent fma chains.
+//! independent fma chains. The launch cost is what one dispatch of an
+//! almost empty kernel takes, many back to back in one submission: what each
+//! of a step's dispatches costs before its work (on lavapipe a hand-off to
+//! the driver's worker threads and back).
 //! Benchmarks compare every kernel against them (`cargo bench --bench kernels`).
 
 use std::sync::Arc;
@@ -43,6 +46,8 @@ pub struct Roofs {
     /// The read kernel and launch that reached `read_gbs`.
     pub read_kernel: String,
     pub fma_gflops: f64,
+    /// Seconds one dispatch of dispatch.wgsl takes, 200 back to back.
+    pub dispatch_s: f64,
 }
 
 const READS: [(&str, &str); 3] = [
@@ -187,9 +192,20 @@ pub fn measure(ks: &Kernels) -> Result<Roofs, GpuError> {
         let flops = f64::from(groups) * 64.0 * f64::from(iters) * 64.0;
         fma_gflops = fma_gflops.max(flops / secs / 1e9);
     }
+    let launch = bench_kernel(ctx, "dispatch", include_str!("../../../shaders/bench/dispatch.wgsl"))?;
+    let dispatch_s = time_reps(ctx, 200, |enc| {
+        enc.dispatch(
+            &launch,
+            bytemuck::cast_slice(&[1u32, 0, 0, 0]),
+            &[BufSlice::whole(&src), BufSlice::whole(&out)],
+            [1, 1, 1],
+        );
+        Ok(())
+    })?;
     Ok(Roofs {
         read_gbs: best.0,
         read_kernel: best.1,
         fma_gflops,
+        dispatch_s,
     })
 }
