@@ -18,8 +18,8 @@ struct Params {
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 {% if kv_tex %}
-@group(0) @binding(2) var k_tex: texture_2d_array<f32>;
-@group(0) @binding(3) var v_tex: texture_2d_array<f32>;
+@group(0) @binding(2) var k_tex: texture_storage_2d_array<rgba32float, read>;
+@group(0) @binding(3) var v_tex: texture_storage_2d_array<rgba32float, read>;
 {% else %}
 @group(0) @binding(2) var<storage, read> k_cache: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> v_cache: array<vec4<f32>>;
@@ -44,10 +44,10 @@ fn slot_of(table: u32, j: u32) -> u32 {
 // Texel i (4 floats) of KV head kvh's K / V row at `slot`.
 {% if kv_tex %}
 fn k_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
-    return textureLoad(k_tex, vec2<u32>(kvh * D4 + i, slot % {{ slots_per_layer }}u), slot / {{ slots_per_layer }}u, 0);
+    return textureLoad(k_tex, vec2<u32>(kvh * D4 + i, slot % {{ slots_per_layer }}u), slot / {{ slots_per_layer }}u);
 }
 fn v_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
-    return textureLoad(v_tex, vec2<u32>(kvh * D4 + i, slot % {{ slots_per_layer }}u), slot / {{ slots_per_layer }}u, 0);
+    return textureLoad(v_tex, vec2<u32>(kvh * D4 + i, slot % {{ slots_per_layer }}u), slot / {{ slots_per_layer }}u);
 }
 {% else %}
 fn k_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {

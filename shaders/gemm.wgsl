@@ -102,17 +102,17 @@ struct Params {
 {# x_lanes: this lane's texel of the eight from texel `first` on, of the norm weight (gt) and each x row (xt{i}). #}
 {% macro lane_texels(first, tm, norm) %}
   {% if norm %}
-let gt = textureLoad(g_tex, vec2<u32>({{ first }} + (lane & 7u), 0u), 0);
+let gt = textureLoad(g_tex, vec2<u32>({{ first }} + (lane & 7u), 0u));
   {% endif %}
   {% for i in range(tm) %}
-let xt{{ i }} = textureLoad(x_tex, vec2<u32>({{ first }} + (lane & 7u), r{{ i }}), 0);
+let xt{{ i }} = textureLoad(x_tex, vec2<u32>({{ first }} + (lane & 7u), r{{ i }}));
   {% endfor %}
 {% endmacro %}
 {% if x_tex %}
 {# x copied into a texture (CPU adapters): r is the row, a texel holds 4 floats. #}
-@group(0) @binding(1) var x_tex: texture_2d<f32>;
+@group(0) @binding(1) var x_tex: texture_storage_2d<rgba32float, read>;
 fn load_x8(r: u32, c: u32) -> F8 {
-return F8(textureLoad(x_tex, vec2<u32>(2u * c, r), 0), textureLoad(x_tex, vec2<u32>(2u * c + 1u, r), 0)); }
+return F8(textureLoad(x_tex, vec2<u32>(2u * c, r)), textureLoad(x_tex, vec2<u32>(2u * c + 1u, r))); }
 {% elif x_vec %}
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
 fn load_x8(r: u32, c: u32) -> F8 { let i = (r >> 2u) + 2u * c; return F8(x[i], x[i + 1u]); }
@@ -216,9 +216,9 @@ fn store_pair(t: u32, c: u32, a: f32, b: f32) {
 {% endif %}
 {% endif %}
 {% if norm %}
-@group(0) @binding({{ (4 if quantized else 3) + (6 if rope else 1) }}) var g_tex: texture_2d<f32>;
+@group(0) @binding({{ (4 if quantized else 3) + (6 if rope else 1) }}) var g_tex: texture_storage_2d<rgba32float, read>;
 fn load_g8(c: u32) -> F8 {
-return F8(textureLoad(g_tex, vec2<u32>(2u * c, 0u), 0), textureLoad(g_tex, vec2<u32>(2u * c + 1u, 0u), 0)); }
+return F8(textureLoad(g_tex, vec2<u32>(2u * c, 0u)), textureLoad(g_tex, vec2<u32>(2u * c + 1u, 0u))); }
 fn mul8(x: F8, g: F8) -> F8 { return F8(x.a * g.a, x.b * g.b); }
 // Σ x·g over the eight lanes, an fma chain in lane order.
 fn dot8(x: F8, g: F8) -> f32 {
@@ -280,7 +280,7 @@ var a{{ i }}_{{ j }} = 0.0;
 {# Scale pairs: one scale fetch a column serves blocks bp and bp + 1 (the second guarded: odd block counts). #}
 for (var bp = 0u; bp < p.chunks; bp = bp + 2u) {
   {% for j in range(tn) %}
-let dp{{ j }} = textureLoad(s_tex, vec2<u32>(wl + {{ j * wg }}u, wid.x * ((p.chunks + 1u) / 2u) + bp / 2u), 0);
+let dp{{ j }} = textureLoad(s_tex, vec2<u32>(wl + {{ j * wg }}u, wid.x * ((p.chunks + 1u) / 2u) + bp / 2u));
   {% endfor %}
 {% else %}
 for (var bp = 0u; bp < p.chunks; bp = bp + 1u) {

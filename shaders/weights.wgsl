@@ -100,8 +100,9 @@ fn load_w8(base: u32, c: u32) -> F8 { return dq_{{ format | lower }}(w[base + c]
 {% endif %}
 {% endmacro %}
 {#
-  The same layouts read from textures (CPU adapters: llvmpipe loads a texel for
-  eight lanes at once, a storage element lane by lane), in the lane-group
+  The same layouts read from read-only storage textures (CPU adapters:
+  llvmpipe loads a texel for eight lanes at once, a storage element lane by
+  lane, and a sampled texel through a function call), in the lane-group
   layout of src/backend/wgsl/weight.rs (`WeightTex`): texture row
   `g·units + u` holds unit u (block or chunk) of the group's rows, row
   `l·tn + j` of the group at texel `(j·wg + l)·parts + p` for the unit's texel p;
@@ -112,24 +113,26 @@ fn load_w8(base: u32, c: u32) -> F8 { return dq_{{ format | lower }}(w[base + c]
   `load_w8t(x0, x1, y)` for float formats; `load_block_tex` is `load_block`
   for the unit at row `y`, its scale at `sc` (a vec2<u32>).
 #}
+{# The scale texture's texel format (src/backend/wgsl/weight.rs, `scale_texture_format`). #}
+{% macro scale_texel(format) %}{{ "rgba32float" if format == "Q8_16" else "rg32float" if format in ["Q4_1", "Q4_0", "Q8_0"] else "r32float" }}{% endmacro %}
 {% macro tex_bindings(format, first) %}
-@group(0) @binding({{ first }}) var w_tex: texture_2d<u32>;
+@group(0) @binding({{ first }}) var w_tex: texture_storage_2d<rgba32uint, read>;
 {% if format == "F32" %}
 fn load_w8t(x0: u32, x1: u32, y: u32) -> F8 {
-    return F8(bitcast<vec4<f32>>(textureLoad(w_tex, vec2<u32>(x0, y), 0)),
-              bitcast<vec4<f32>>(textureLoad(w_tex, vec2<u32>(x1, y), 0)));
+    return F8(bitcast<vec4<f32>>(textureLoad(w_tex, vec2<u32>(x0, y))),
+              bitcast<vec4<f32>>(textureLoad(w_tex, vec2<u32>(x1, y))));
 }
 {% elif format == "F16" or format == "Bf16" %}
-fn load_w8t(x0: u32, x1: u32, y: u32) -> F8 { return dq_{{ format | lower }}(textureLoad(w_tex, vec2<u32>(x0, y), 0)); }
+fn load_w8t(x0: u32, x1: u32, y: u32) -> F8 { return dq_{{ format | lower }}(textureLoad(w_tex, vec2<u32>(x0, y))); }
 {% else %}
-@group(0) @binding({{ first + 1 }}) var s_tex: texture_2d<f32>;
+@group(0) @binding({{ first + 1 }}) var s_tex: texture_storage_2d<{{ scale_texel(format) }}, read>;
 {% endif %}
 {% endmacro %}
 {% macro load_block_tex(format, j, x0, x1, y, sc) %}
 {% if format == "Q8_0" or format == "Q8_16" %}
-let qa{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }}), 0); let qb{{ j }} = textureLoad(w_tex, vec2<u32>({{ x1 }}, {{ y }}), 0); let d{{ j }} = textureLoad(s_tex, {{ sc }}, 0){{ "" if format == "Q8_16" else ".x" }};
+let qa{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }})); let qb{{ j }} = textureLoad(w_tex, vec2<u32>({{ x1 }}, {{ y }})); let d{{ j }} = textureLoad(s_tex, {{ sc }}){{ "" if format == "Q8_16" else ".x" }};
 {% else %}
-let q{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }}), 0); let d{{ j }} = textureLoad(s_tex, {{ sc }}, 0).{{ "xy" if format == "Q4_1" else "x" }};
+let q{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }})); let d{{ j }} = textureLoad(s_tex, {{ sc }}).{{ "xy" if format == "Q4_1" else "x" }};
 {% endif %}
 {% endmacro %}
 {#
@@ -139,9 +142,9 @@ let q{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }}), 0); let d{{ j }}
 #}
 {% macro load_block_tex_paired(format, j, x0, x1, y, dp, half) %}
 {% if format == "Q8_0" %}
-let qa{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }}), 0); let qb{{ j }} = textureLoad(w_tex, vec2<u32>({{ x1 }}, {{ y }}), 0); let d{{ j }} = {{ dp }}.{{ "xy"[half] }};
+let qa{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }})); let qb{{ j }} = textureLoad(w_tex, vec2<u32>({{ x1 }}, {{ y }})); let d{{ j }} = {{ dp }}.{{ "xy"[half] }};
 {% else %}
-let q{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }}), 0); let d{{ j }} = {{ dp }}.{{ "xy"[half] }};
+let q{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }})); let d{{ j }} = {{ dp }}.{{ "xy"[half] }};
 {% endif %}
 {% endmacro %}
 {% macro load_block(format, j, blk) %}

@@ -2,11 +2,12 @@
 // gemm reads weights on CPU adapters: an rgba32uint texture of p.width texels a
 // row; workgroup g reads rows g, g + groups, …, its lanes consecutive texels of
 // each row (lane l: texels l, l + 64, …), XORing into four independent
-// accumulators. llvmpipe fetches a texel for eight lanes at once where a
-// storage load goes lane by lane, so on CPU adapters this can beat the storage
-// read kernels; the read roof is the best of them all.
+// accumulators. The texture is bound as a read-only storage texture, as the
+// gemm binds it (on llvmpipe an image load is inline code where a sampled
+// texel fetch calls a generic function); the read roof is the best of the read
+// kernels.
 //
-// Bindings: 0 p: Params; 1 src: texture_2d<u32> (width x rows texels);
+// Bindings: 0 p: Params; 1 src: texture_storage_2d<rgba32uint, read> (width x rows texels);
 //           2 out: (invocations) u32.
 // Dispatch: (groups, 1, 1) workgroups of 64; p.groups = groups. p.width is a
 // multiple of 256.
@@ -19,7 +20,7 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var src: texture_2d<u32>;
+@group(0) @binding(1) var src: texture_storage_2d<rgba32uint, read>;
 @group(0) @binding(2) var<storage, read_write> out: array<u32>;
 
 @compute @workgroup_size(64)
@@ -30,10 +31,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     var d = vec4<u32>(0u);
     for (var r = wid.x; r < p.rows; r = r + p.groups) {
         for (var x = lid.x; x < p.width; x = x + 256u) {
-            a = a ^ textureLoad(src, vec2<u32>(x, r), 0);
-            b = b ^ textureLoad(src, vec2<u32>(x + 64u, r), 0);
-            c = c ^ textureLoad(src, vec2<u32>(x + 128u, r), 0);
-            d = d ^ textureLoad(src, vec2<u32>(x + 192u, r), 0);
+            a = a ^ textureLoad(src, vec2<u32>(x, r));
+            b = b ^ textureLoad(src, vec2<u32>(x + 64u, r));
+            c = c ^ textureLoad(src, vec2<u32>(x + 128u, r));
+            d = d ^ textureLoad(src, vec2<u32>(x + 192u, r));
         }
     }
     let v = a ^ b ^ c ^ d;

@@ -57,6 +57,10 @@ pub struct GpuContext {
     pub info: Arc<wgpu::AdapterInfo>,
     pub limits: Arc<wgpu::Limits>,
     pub features: wgpu::Features,
+    /// Whether every texel format the CPU-adapter kernels read (rgba32uint,
+    /// rgba32float, rg32float, r32float) can be bound as a read-only storage
+    /// texture, as those kernels bind them.
+    pub storage_read_textures: bool,
     cache_dir: Option<PathBuf>,
     pipelines: Arc<OnceLock<Arc<PipelineStore>>>,
 }
@@ -158,6 +162,19 @@ impl GpuContext {
             | wgpu::Features::PIPELINE_CACHE;
         let features = adapter.features() & optional;
         let limits = adapter.limits();
+        let storage_read_textures = [
+            wgpu::TextureFormat::Rgba32Uint,
+            wgpu::TextureFormat::Rgba32Float,
+            wgpu::TextureFormat::Rg32Float,
+            wgpu::TextureFormat::R32Float,
+        ]
+        .into_iter()
+        .all(|f| {
+            adapter
+                .get_texture_format_features(f)
+                .flags
+                .contains(wgpu::TextureFormatFeatureFlags::STORAGE_READ_ONLY)
+        });
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("wllm"),
@@ -178,6 +195,7 @@ impl GpuContext {
             info: Arc::new(info),
             limits: Arc::new(limits),
             features,
+            storage_read_textures,
             cache_dir: opts.pipeline_cache.resolve().map(|d| d.join("pipelines")),
             pipelines: Arc::default(),
         })

@@ -9,14 +9,32 @@ use super::GpuError;
 pub enum Binding {
     Read = 0,
     ReadWrite = 1,
-    /// A `texture_2d<u32>` read with `textureLoad`.
-    TexU32 = 2,
-    /// A `texture_2d<f32>` (unfilterable) read with `textureLoad`.
-    TexF32 = 3,
-    /// A `texture_2d_array<f32>` (unfilterable) read with `textureLoad`.
-    TexF32Array = 4,
     /// A `texture_storage_2d_array<rgba32float, write>` written with `textureStore`.
     StoreF32Array = 5,
+    /// Textures read with `textureLoad` as read-only storage textures (on
+    /// llvmpipe an image load is inline code where a sampled-texture fetch is
+    /// a call into a generic function: twice the read rate, see
+    /// roofs.rs): `texture_storage_2d<F, read>` with F rgba32uint, rgba32float,
+    /// rg32float or r32float, and `texture_storage_2d_array<rgba32float, read>`.
+    LoadRgba32Uint = 6,
+    LoadRgba32Float = 7,
+    LoadRg32Float = 8,
+    LoadR32Float = 9,
+    LoadRgba32FloatArray = 10,
+}
+
+impl Binding {
+    /// The texel format of a storage-texture binding.
+    pub fn texture_format(self) -> Option<wgpu::TextureFormat> {
+        use wgpu::TextureFormat as F;
+        match self {
+            Self::LoadRgba32Uint => Some(F::Rgba32Uint),
+            Self::LoadRgba32Float | Self::LoadRgba32FloatArray | Self::StoreF32Array => Some(F::Rgba32Float),
+            Self::LoadRg32Float => Some(F::Rg32Float),
+            Self::LoadR32Float => Some(F::R32Float),
+            Self::Read | Self::ReadWrite => None,
+        }
+    }
 }
 
 /// A compiled compute pipeline and its layout.
@@ -57,24 +75,28 @@ impl Kernel {
             count: None,
         }];
         for (i, b) in storage.iter().enumerate() {
-            let texture = |sample_type, view_dimension| wgpu::BindingType::Texture {
-                sample_type,
-                view_dimension,
-                multisampled: false,
-            };
             let (d2, d2_array) = (wgpu::TextureViewDimension::D2, wgpu::TextureViewDimension::D2Array);
-            let unfiltered = wgpu::TextureSampleType::Float { filterable: false };
             entries.push(wgpu::BindGroupLayoutEntry {
                 binding: i as u32 + 1,
                 visibility: wgpu::ShaderStages::COMPUTE,
                 ty: match b {
-                    Binding::TexU32 => texture(wgpu::TextureSampleType::Uint, d2),
-                    Binding::TexF32 => texture(unfiltered, d2),
-                    Binding::TexF32Array => texture(unfiltered, d2_array),
                     Binding::StoreF32Array => wgpu::BindingType::StorageTexture {
                         access: wgpu::StorageTextureAccess::WriteOnly,
                         format: wgpu::TextureFormat::Rgba32Float,
                         view_dimension: d2_array,
+                    },
+                    Binding::LoadRgba32Uint
+                    | Binding::LoadRgba32Float
+                    | Binding::LoadRg32Float
+                    | Binding::LoadR32Float
+                    | Binding::LoadRgba32FloatArray => wgpu::BindingType::StorageTexture {
+                        access: wgpu::StorageTextureAccess::ReadOnly,
+                        format: b.texture_format().unwrap_or(wgpu::TextureFormat::Rgba32Float),
+                        view_dimension: if *b == Binding::LoadRgba32FloatArray {
+                            d2_array
+                        } else {
+                            d2
+                        },
                     },
                     _ => wgpu::BindingType::Buffer {
                         ty: wgpu::BufferBindingType::Storage {

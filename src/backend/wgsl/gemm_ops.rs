@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::gemm::{self, GemmParams, GemmVariant};
+use super::weight::scale_binding;
 use super::{Binding, Bound, BufSlice, GpuError, GpuWeight, Kernel, Kernels, PagedKv, R, RW, RopeArgs, Rows, ops};
 use crate::backend::NormArgs;
 use crate::gpu::StepEncoder;
@@ -145,12 +146,12 @@ impl Kernels {
     }
 
     fn compile_gemm(&self, v: GemmVariant) -> Result<Arc<Kernel>, GpuError> {
-        let xb = if v.x_tex { Binding::TexF32 } else { R };
-        let storage: &[Binding] = match (v.format.is_quantized(), v.w_tex) {
-            (true, false) => &[xb, R, R, RW],
-            (false, false) => &[xb, R, RW],
-            (true, true) => &[xb, Binding::TexU32, Binding::TexF32, RW],
-            (false, true) => &[xb, Binding::TexU32, RW],
+        let xb = if v.x_tex { Binding::LoadRgba32Float } else { R };
+        let storage: Vec<Binding> = match (v.format.is_quantized(), v.w_tex) {
+            (true, false) => vec![xb, R, R, RW],
+            (false, false) => vec![xb, R, RW],
+            (true, true) => vec![xb, Binding::LoadRgba32Uint, scale_binding(v.format), RW],
+            (false, true) => vec![xb, Binding::LoadRgba32Uint, RW],
         };
         let store = Binding::StoreF32Array;
         let rope: &[Binding] = match (v.rope, v.kv_tex) {
@@ -158,7 +159,7 @@ impl Kernels {
             (true, false) => &[R, R, R, RW, RW],
             (true, true) => &[R, R, R, store, store],
         };
-        let norm: &[Binding] = if v.norm { &[Binding::TexF32] } else { &[] };
+        let norm: &[Binding] = if v.norm { &[Binding::LoadRgba32Float] } else { &[] };
         let storage: Vec<Binding> = storage.iter().chain(rope).chain(norm).copied().collect();
         let epilogue = match (v.silu, v.rope) {
             (true, _) => "_silu",
@@ -227,7 +228,7 @@ impl Kernels {
     /// Whether gemms with x in a texture share its texels across lanes
     /// (`GemmVariant::x_lanes`): subgroups of at least 8 lanes and workgroups
     /// of whole groups of 8, so that lanes 0-7 of every subgroup exist. On
-    /// lavapipe a texel fetch is ~130 instructions for 8 lanes; one a block
+    /// lavapipe a texel load is tens of instructions for 8 lanes; one a block
     /// and 32 broadcasts replace eight (default model, `wllm profile`, A/B
     /// twice: decode at 16 rows 112.8-113.4 -> 102.6-104.6 ms a step, a
     /// 512-token prefill 2389-2493 -> 2241-2296 ms). Float weights step four

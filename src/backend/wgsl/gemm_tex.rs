@@ -1,5 +1,5 @@
 //! What the CPU-adapter gemms read as textures besides their weights (a
-//! texel fetch loads eight lanes at once on llvmpipe, a storage load goes lane
+//! texel load serves eight lanes at once on llvmpipe, a storage load goes lane
 //! by lane): the x rows, copied into a texture in the step before each gemm,
 //! and the rms_norm weights of the fused norm prologue, uploaded once.
 
@@ -19,7 +19,7 @@ fn f32_texture(device: &wgpu::Device, label: &str, width: u32, height: u32) -> w
         sample_count: 1,
         dimension: wgpu::TextureDimension::D2,
         format: wgpu::TextureFormat::Rgba32Float,
-        usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+        usage: wgpu::TextureUsages::STORAGE_BINDING | wgpu::TextureUsages::COPY_DST,
         view_formats: &[],
     })
 }

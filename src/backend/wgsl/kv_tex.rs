@@ -1,7 +1,8 @@
 //! The paged KV cache as textures, on CPU adapters (lavapipe).
 //!
 //! llvmpipe loads a storage-buffer element lane by lane (a loop with a bounds
-//! check per component), but fetches a texel for all eight lanes at once. Paged
+//! check per component), but loads a texel for all eight lanes at once (the
+//! textures bound as read-only storage textures: an inline image load). Paged
 //! attention reads every K and V row of every key, so there the cache's layout
 //! decides the speed: `Backend::kv_cache` on a CPU adapter returns a small
 //! placeholder buffer that stands for a pair of textures here, and every op

@@ -127,7 +127,8 @@ impl Kernels {
             binding_limit: ctx.max_binding(),
             ctx: ctx.clone(),
             tiles: tiles.unwrap_or_else(|| tiles_for(ctx)),
-            cpu_shapes: ctx.is_cpu(),
+            // (The CPU shapes read textures as read-only storage textures.)
+            cpu_shapes: ctx.is_cpu() && ctx.storage_read_textures,
             min_workgroups: if ctx.is_cpu() { cpu_min_workgroups() } else { 1 },
             row_cap: AtomicU32::new(u32::MAX),
             tiles_given: tiles.is_some(),
@@ -289,7 +290,7 @@ impl Kernels {
             let sg = if v.subgroups { "_sg" } else { "" };
             let blk = if v.blocked { "_blocked" } else { "" };
             let name = format!("paged_attention_{}x{}x{}x{}{kv}{sg}{blk}", v.head_dim, v.w, v.g, v.qt);
-            let tex = Binding::TexF32Array;
+            let tex = Binding::LoadRgba32FloatArray;
             let storage = if v.kv_tex {
                 [R, tex, tex, R, R, R, RW]
             } else {

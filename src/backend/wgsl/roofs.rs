@@ -65,7 +65,7 @@ fn read_tex_kernel(ctx: &GpuContext) -> Result<Arc<Kernel>, GpuError> {
         &ctx.device,
         "read_tex",
         include_str!("../../../shaders/bench/read_tex.wgsl"),
-        &[Binding::TexU32, Binding::ReadWrite],
+        &[Binding::LoadRgba32Uint, Binding::ReadWrite],
         None,
     )
     .map(Arc::new)
@@ -106,7 +106,7 @@ fn read_tex(ks: &Kernels, bytes: u64, group_counts: &[u32], out: &wgpu::Buffer) 
     let ctx = &ks.ctx;
     let width = 1024u32;
     let rows = ((bytes / 16 / u64::from(width)) as u32).min(ctx.limits.max_texture_dimension_2d);
-    if width > ctx.limits.max_texture_dimension_2d || rows == 0 {
+    if width > ctx.limits.max_texture_dimension_2d || rows == 0 || !ctx.storage_read_textures {
         return Ok((0.0, 0));
     }
     let tex_bytes = u64::from(width) * u64::from(rows) * 16;

@@ -1,11 +1,16 @@
 //! A weight matrix resident on the GPU in the layout of `quant::repack`: in
 //! storage buffers, and on CPU adapters also as textures, which the gemm reads
-//! there (llvmpipe fetches a texel for all eight lanes of a vector at once, but
-//! loads a storage element lane by lane: 3x the read rate in a probe).
+//! there (llvmpipe loads a texel for all eight lanes of a vector at once, but
+//! a storage element lane by lane: 3x the read rate in a probe). They are
+//! bound as read-only storage textures: llvmpipe's image load is inline code,
+//! where a sampled texel fetch of a format other than rgba8 calls a generic
+//! function that also looks up each lane's mip level (this machine's JIT
+//! code: three quarters of a one-row decode step's kernel time in those calls;
+//! `read_tex.wgsl` over 4 MiB: 8.4-8.9 GB/s sampled, 16.4-16.6 as storage).
 
 use super::gemm::w_row_len;
 use crate::config::GemmTiles;
-use crate::gpu::{Bound, BufSlice, GpuContext, GpuError};
+use crate::gpu::{Binding, Bound, BufSlice, GpuContext, GpuError};
 use crate::quant::{Repacked, WeightFormat};
 
 /// `W[n][k]` on the GPU.
@@ -66,7 +71,7 @@ pub(super) fn texture(
             sample_count: 1,
             dimension: wgpu::TextureDimension::D2,
             format,
-            usage: wgpu::TextureUsages::TEXTURE_BINDING,
+            usage: wgpu::TextureUsages::STORAGE_BINDING,
             view_formats: &[],
         },
         wgpu::util::TextureDataOrder::LayerMajor,
@@ -138,11 +143,9 @@ fn textures(ctx: &GpuContext, r: &Repacked, label: &str, tiles: GemmTiles) -> Ve
     }
     let (drb, srb) = (r.data.len() / r.n, r.scales.len() / r.n);
     let pairs = scale_pairs(r.format);
-    let scale_format = match (r.format.scale_floats(), pairs) {
-        (1, true) | (2, _) => wgpu::TextureFormat::Rg32Float,
-        (4, _) => wgpu::TextureFormat::Rgba32Float,
-        _ => wgpu::TextureFormat::R32Float,
-    };
+    let scale_format = scale_binding(r.format)
+        .texture_format()
+        .unwrap_or(wgpu::TextureFormat::R32Float);
     let scale_texel = scale_format.block_copy_size(None).map_or(4, |b| b as usize);
     // Scale pairs: a texel holds blocks 2i and 2i + 1, rows of an odd block
     // count padded with a zero block.
@@ -210,6 +213,17 @@ pub fn scale_pairs(format: WeightFormat) -> bool {
     matches!(format, WeightFormat::Q4_0 | WeightFormat::Q8_0)
 }
 
+/// How the gemm binds a format's scale texture (weights.wgsl's `scale_texel`):
+/// rg32float for Q4_1's (d, m) and for the d pairs of Q4_0 and Q8_0,
+/// rgba32float for Q8_16's (d0, m0, d1, m1), else r32float.
+pub fn scale_binding(format: WeightFormat) -> Binding {
+    match (format.scale_floats(), scale_pairs(format)) {
+        (1, true) | (2, _) => Binding::LoadRg32Float,
+        (4, _) => Binding::LoadRgba32Float,
+        _ => Binding::LoadR32Float,
+    }
+}
+
 impl GpuWeight {
     /// Uploads a repacked matrix.
     pub fn upload(ctx: &GpuContext, r: &Repacked, label: &str) -> Self {
@@ -220,7 +234,7 @@ impl GpuWeight {
             k: r.k,
             data: mk(&r.data),
             scales: r.format.is_quantized().then(|| mk(&r.scales)),
-            tex: if ctx.is_cpu() {
+            tex: if ctx.is_cpu() && ctx.storage_read_textures {
                 textures(ctx, r, label, GemmTiles::cpu())
             } else {
                 Vec::new()
