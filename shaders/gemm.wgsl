@@ -124,7 +124,7 @@ return F8(vec4<f32>(xs(r, k), xs(r, k + 1u), xs(r, k + 2u), xs(r, k + 3u)),
 vec4<f32>(xs(r, k + 4u), xs(r, k + 5u), xs(r, k + 6u), xs(r, k + 7u))); }
 {% endif %}
 {% if w_tex %}
-{{ weights.tex_bindings(format, 2) -}}
+{{ weights.tex_bindings(format, 2, scale_texel) -}}
 {% else %}
 {{ weights.bindings(format, 2) -}}
 {% endif %}

@@ -109,13 +109,12 @@ fn load_w8(base: u32, c: u32) -> F8 { return dq_{{ format | lower }}(w[base + c]
   `s_tex` the scales the same, a texel per block (rg32float for Q4_1,
   rgba32float for Q8_16), or for Q4_0 and Q8_0 a texel per two blocks
   (rg32float: d0, d1). The callers give texel columns `x0` (p = 0) and `x1`
-  (p = 1) and the texture row `y`: `tex_bindings` declares them with
+  (p = 1) and the texture row `y`: `tex_bindings` declares them (the scales'
+  texel format `scale_texel` given by src/backend/wgsl/weight.rs, `scale_binding`) with
   `load_w8t(x0, x1, y)` for float formats; `load_block_tex` is `load_block`
   for the unit at row `y`, its scale at `sc` (a vec2<u32>).
 #}
-{# The scale texture's texel format (src/backend/wgsl/weight.rs, `scale_texture_format`). #}
-{% macro scale_texel(format) %}{{ "rgba32float" if format == "Q8_16" else "rg32float" if format in ["Q4_1", "Q4_0", "Q8_0"] else "r32float" }}{% endmacro %}
-{% macro tex_bindings(format, first) %}
+{% macro tex_bindings(format, first, scale_texel) %}
 @group(0) @binding({{ first }}) var w_tex: texture_storage_2d<rgba32uint, read>;
 {% if format == "F32" %}
 fn load_w8t(x0: u32, x1: u32, y: u32) -> F8 {
@@ -125,7 +124,7 @@ fn load_w8t(x0: u32, x1: u32, y: u32) -> F8 {
 {% elif format == "F16" or format == "Bf16" %}
 fn load_w8t(x0: u32, x1: u32, y: u32) -> F8 { return dq_{{ format | lower }}(textureLoad(w_tex, vec2<u32>(x0, y))); }
 {% else %}
-@group(0) @binding({{ first + 1 }}) var s_tex: texture_storage_2d<{{ scale_texel(format) }}, read>;
+@group(0) @binding({{ first + 1 }}) var s_tex: texture_storage_2d<{{ scale_texel }}, read>;
 {% endif %}
 {% endmacro %}
 {% macro load_block_tex(format, j, x0, x1, y, sc) %}

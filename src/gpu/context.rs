@@ -211,6 +211,13 @@ impl GpuContext {
         self.info.device_type == wgpu::DeviceType::Cpu
     }
 
+    /// Whether weights, activations and the KV cache are held as textures
+    /// for the CPU kernel shapes: a software adapter that can bind them as
+    /// read-only storage textures.
+    pub fn cpu_textures(&self) -> bool {
+        self.is_cpu() && self.storage_read_textures
+    }
+
     /// A storage buffer holding `bytes`, zero-padded to the non-empty, 4-byte-multiple
     /// size wgpu needs.
     pub fn storage_buffer(&self, bytes: &[u8], label: &str) -> wgpu::Buffer {

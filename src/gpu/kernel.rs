@@ -35,6 +35,19 @@ impl Binding {
             Self::Read | Self::ReadWrite => None,
         }
     }
+
+    /// The WGSL spelling of a storage-texture binding's texel format (what
+    /// `texture_storage_2d<F, ..>` declares); empty for buffers.
+    pub fn wgsl_texel(self) -> &'static str {
+        use wgpu::TextureFormat as F;
+        match self.texture_format() {
+            Some(F::Rgba32Uint) => "rgba32uint",
+            Some(F::Rgba32Float) => "rgba32float",
+            Some(F::Rg32Float) => "rg32float",
+            Some(F::R32Float) => "r32float",
+            _ => "",
+        }
+    }
 }
 
 /// A compiled compute pipeline and its layout.

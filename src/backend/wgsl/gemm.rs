@@ -98,6 +98,7 @@ pub fn source(v: GemmVariant) -> Result<String, GpuError> {
             kv_tex => v.kv_tex,
             norm => v.norm,
             residual => v.residual,
+            scale_texel => super::weight::scale_binding(v.format).wgsl_texel(),
             slots_per_layer => super::kv_tex::SLOTS_PER_LAYER,
         },
     )

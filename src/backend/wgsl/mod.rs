@@ -127,8 +127,7 @@ impl Kernels {
             binding_limit: ctx.max_binding(),
             ctx: ctx.clone(),
             tiles: tiles.unwrap_or_else(|| tiles_for(ctx)),
-            // (The CPU shapes read textures as read-only storage textures.)
-            cpu_shapes: ctx.is_cpu() && ctx.storage_read_textures,
+            cpu_shapes: ctx.cpu_textures(),
             min_workgroups: if ctx.is_cpu() { cpu_min_workgroups() } else { 1 },
             row_cap: AtomicU32::new(u32::MAX),
             tiles_given: tiles.is_some(),

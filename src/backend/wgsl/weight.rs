@@ -213,7 +213,8 @@ pub fn scale_pairs(format: WeightFormat) -> bool {
     matches!(format, WeightFormat::Q4_0 | WeightFormat::Q8_0)
 }
 
-/// How the gemm binds a format's scale texture (weights.wgsl's `scale_texel`):
+/// How the gemm binds a format's scale texture (its texel format rendered into
+/// weights.wgsl's `tex_bindings` as `scale_texel`):
 /// rg32float for Q4_1's (d, m) and for the d pairs of Q4_0 and Q8_0,
 /// rgba32float for Q8_16's (d0, m0, d1, m1), else r32float.
 pub fn scale_binding(format: WeightFormat) -> Binding {
@@ -234,7 +235,7 @@ impl GpuWeight {
             k: r.k,
             data: mk(&r.data),
             scales: r.format.is_quantized().then(|| mk(&r.scales)),
-            tex: if ctx.is_cpu() && ctx.storage_read_textures {
+            tex: if ctx.cpu_textures() {
                 textures(ctx, r, label, GemmTiles::cpu())
             } else {
                 Vec::new()
