@@ -68,17 +68,6 @@ pub struct GemmParams {
     pub _pad: [u32; 3],
 }
 
-/// `w` array elements (vec4) per weight row.
-pub fn w_row_len(format: WeightFormat, k: usize) -> usize {
-    let kp = k.div_ceil(8) * 8;
-    match format.layout() {
-        WeightFormat::F32 => kp / 4,
-        WeightFormat::F16 | WeightFormat::Bf16 => kp / 8,
-        WeightFormat::Q4_0 | WeightFormat::Q4_1 => k / 32,
-        _ => k / 32 * 2,
-    }
-}
-
 /// The WGSL of a variant: `shaders/gemm.wgsl` rendered for it.
 pub fn source(v: GemmVariant) -> Result<String, GpuError> {
     render(

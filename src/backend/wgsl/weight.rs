@@ -8,7 +8,6 @@
 //! code: three quarters of a one-row decode step's kernel time in those calls;
 //! `read_tex.wgsl` over 4 MiB: 8.4-8.9 GB/s sampled, 16.4-16.6 as storage).
 
-use super::gemm::w_row_len;
 use crate::config::GemmTiles;
 use crate::gpu::{Binding, Bound, BufSlice, GpuContext, GpuError};
 use crate::quant::{Repacked, WeightFormat};
@@ -211,6 +210,17 @@ fn textures(ctx: &GpuContext, r: &Repacked, label: &str, tiles: GemmTiles) -> Ve
 /// fetched no faster than two twice.
 pub fn scale_pairs(format: WeightFormat) -> bool {
     matches!(format, WeightFormat::Q4_0 | WeightFormat::Q8_0)
+}
+
+/// `w` array elements (vec4) per weight row.
+pub fn w_row_len(format: WeightFormat, k: usize) -> usize {
+    let kp = k.div_ceil(8) * 8;
+    match format.layout() {
+        WeightFormat::F32 => kp / 4,
+        WeightFormat::F16 | WeightFormat::Bf16 => kp / 8,
+        WeightFormat::Q4_0 | WeightFormat::Q4_1 => k / 32,
+        _ => k / 32 * 2,
+    }
 }
 
 /// How the gemm binds a format's scale texture (its texel format rendered into
