@@ -148,6 +148,72 @@ struct Pair {
     y0: f32,
     y1: f32,
 }
+{% if kv_tex %}
+// Rotates pair i of head h (W rows c, c + 1) from the row's cos/sin entries at
+// table[tr..], with the operations of rot_pair (the buffer cache's epilogue)
+// but not its division: on CPU adapters a vector integer division is eight
+// scalar ones, and store_group's four pairs share one head.
+fn rot_in_head(h: u32, i: u32, c: u32, tr: u32, a: f32, b: f32) -> Pair {
+    var r = Pair(c, c + 1u, a, b);
+    if (p.pairing == 0u) {
+        r.ca = h * p.hd + i;
+        r.cb = r.ca + p.hd / 2u;
+    }
+    let cs = table[tr + i];
+    r.y0 = a * cs.x - b * cs.y;
+    r.y1 = a * cs.y + b * cs.x;
+    return r;
+}
+// The four pairs at W rows c .. c + 7 (c a multiple of 8, all in one head) of
+// row t (`tr`: min(pos[t], max_pos - 1) · head_dim/2, its first cos/sin entry;
+// `slot`: slot_mapping[t]; both loaded once a row): rotated (q and k, the head
+// and first pair index found once for the four) and stored in y as rot_pair
+// does, and K and V also to the cache textures as two texels (four
+// consecutive columns each: adjacent pairs in order, or, rotate-half, the
+// four first halves and the four second halves).
+fn store_group(t: u32, c: u32, tr: u32, slot: u32, a0: f32, a1: f32, a2: f32, a3: f32, a4: f32, a5: f32, a6: f32, a7: f32) {
+    let qk = p.q_w + p.kv_w;
+    var r0 = Pair(c, c + 1u, a0, a1);
+    var r1 = Pair(c + 2u, c + 3u, a2, a3);
+    var r2 = Pair(c + 4u, c + 5u, a4, a5);
+    var r3 = Pair(c + 6u, c + 7u, a6, a7);
+    if (c < qk) {
+        let h = c / p.hd;
+        let i = (c % p.hd) / 2u;
+        r0 = rot_in_head(h, i, c, tr, a0, a1);
+        r1 = rot_in_head(h, i + 1u, c + 2u, tr, a2, a3);
+        r2 = rot_in_head(h, i + 2u, c + 4u, tr, a4, a5);
+        r3 = rot_in_head(h, i + 3u, c + 6u, tr, a6, a7);
+    }
+    let o = p.y_off + t * p.y_stride;
+    y[o + r0.ca] = r0.y0;
+    y[o + r0.cb] = r0.y1;
+    y[o + r1.ca] = r1.y0;
+    y[o + r1.cb] = r1.y1;
+    y[o + r2.ca] = r2.y0;
+    y[o + r2.cb] = r2.y1;
+    y[o + r3.ca] = r3.y0;
+    y[o + r3.cb] = r3.y1;
+    if (c < p.q_w) { return; }
+    var lo = vec4<f32>(r0.y0, r1.y0, r2.y0, r3.y0);
+    var hi = vec4<f32>(r0.y1, r1.y1, r2.y1, r3.y1);
+    var c_hi = r0.cb;
+    if (p.pairing == 1u || c >= qk) {
+        lo = vec4<f32>(r0.y0, r0.y1, r1.y0, r1.y1);
+        hi = vec4<f32>(r2.y0, r2.y1, r3.y0, r3.y1);
+        c_hi = r0.ca + 4u;
+    }
+    let row = slot % {{ slots_per_layer }}u;
+    let layer = slot / {{ slots_per_layer }}u;
+    if (c >= qk) {
+        textureStore(v_tex, vec2<u32>((r0.ca - qk) / 4u, row), layer, lo);
+        textureStore(v_tex, vec2<u32>((c_hi - qk) / 4u, row), layer, hi);
+    } else {
+        textureStore(k_tex, vec2<u32>((r0.ca - p.q_w) / 4u, row), layer, lo);
+        textureStore(k_tex, vec2<u32>((c_hi - p.q_w) / 4u, row), layer, hi);
+    }
+}
+{% else %}
 // Rotates (q and k columns) the pair at W rows c, c + 1 of row t and stores it in y.
 fn rot_pair(t: u32, c: u32, a: f32, b: f32) -> Pair {
     var r = Pair(c, c + 1u, a, b);
@@ -168,38 +234,6 @@ fn rot_pair(t: u32, c: u32, a: f32, b: f32) -> Pair {
     y[o + r.cb] = r.y1;
     return r;
 }
-{% if kv_tex %}
-// The four pairs at W rows c .. c + 7 (c a multiple of 8, all in one head):
-// rot_pair each, and K and V also to the cache textures as two texels (four
-// consecutive columns each: adjacent pairs in order, or, rotate-half, the
-// four first halves and the four second halves).
-fn store_group(t: u32, c: u32, a0: f32, a1: f32, a2: f32, a3: f32, a4: f32, a5: f32, a6: f32, a7: f32) {
-    let r0 = rot_pair(t, c, a0, a1);
-    let r1 = rot_pair(t, c + 2u, a2, a3);
-    let r2 = rot_pair(t, c + 4u, a4, a5);
-    let r3 = rot_pair(t, c + 6u, a6, a7);
-    if (c < p.q_w) { return; }
-    let qk = p.q_w + p.kv_w;
-    var lo = vec4<f32>(r0.y0, r1.y0, r2.y0, r3.y0);
-    var hi = vec4<f32>(r0.y1, r1.y1, r2.y1, r3.y1);
-    var c_hi = r0.cb;
-    if (p.pairing == 1u || c >= qk) {
-        lo = vec4<f32>(r0.y0, r0.y1, r1.y0, r1.y1);
-        hi = vec4<f32>(r2.y0, r2.y1, r3.y0, r3.y1);
-        c_hi = r0.ca + 4u;
-    }
-    let slot = slot_mapping[t];
-    let row = slot % {{ slots_per_layer }}u;
-    let layer = slot / {{ slots_per_layer }}u;
-    if (c >= qk) {
-        textureStore(v_tex, vec2<u32>((r0.ca - qk) / 4u, row), layer, lo);
-        textureStore(v_tex, vec2<u32>((c_hi - qk) / 4u, row), layer, hi);
-    } else {
-        textureStore(k_tex, vec2<u32>((r0.ca - p.q_w) / 4u, row), layer, lo);
-        textureStore(k_tex, vec2<u32>((c_hi - p.q_w) / 4u, row), layer, hi);
-    }
-}
-{% else %}
 // rot_pair, and K and V also to the paged cache at slot_mapping[t].
 fn store_pair(t: u32, c: u32, a: f32, b: f32) {
     let r = rot_pair(t, c, a, b);
@@ -420,8 +454,10 @@ a{{ i }}_{{ j }} = a{{ i }}_{{ j }} * inv{{ i }};
 {% for i in range(tm) %}
   {% if rope and kv_tex %}
 if (t0 + {{ i }}u < p.t) {
+let tr{{ i }} = min(pos[t0 + {{ i }}u], p.max_pos - 1u) * (p.hd / 2u);
+let slot{{ i }} = slot_mapping[t0 + {{ i }}u];
     {% for j in range(0, tn, 8) %}
-if (n0 + {{ j }}u < p.n) { store_group(t0 + {{ i }}u, p.col0 + n0 + {{ j }}u{% for m in range(8) %}, a{{ i }}_{{ j + m }}{% endfor %}); }
+if (n0 + {{ j }}u < p.n) { store_group(t0 + {{ i }}u, p.col0 + n0 + {{ j }}u, tr{{ i }}, slot{{ i }}{% for m in range(8) %}, a{{ i }}_{{ j + m }}{% endfor %}); }
     {% endfor %}
 }
   {% elif rope %}
