@@ -148,11 +148,10 @@ struct Pair {
     y0: f32,
     y1: f32,
 }
-{% if kv_tex %}
 // Rotates pair i of head h (W rows c, c + 1) from the row's cos/sin entries at
-// table[tr..], with the operations of rot_pair (the buffer cache's epilogue)
-// but not its division: on CPU adapters a vector integer division is eight
-// scalar ones, and store_group's four pairs share one head.
+// table[tr..] (`tr`: min(pos[t], max_pos - 1) · head_dim/2). Callers find h
+// and i: store_group once for its four pairs (on CPU adapters a vector integer
+// division is eight scalar ones), rot_pair for its one.
 fn rot_in_head(h: u32, i: u32, c: u32, tr: u32, a: f32, b: f32) -> Pair {
     var r = Pair(c, c + 1u, a, b);
     if (p.pairing == 0u) {
@@ -164,9 +163,10 @@ fn rot_in_head(h: u32, i: u32, c: u32, tr: u32, a: f32, b: f32) -> Pair {
     r.y1 = a * cs.y + b * cs.x;
     return r;
 }
+{% if kv_tex %}
 // The four pairs at W rows c .. c + 7 (c a multiple of 8, all in one head) of
-// row t (`tr`: min(pos[t], max_pos - 1) · head_dim/2, its first cos/sin entry;
-// `slot`: slot_mapping[t]; both loaded once a row): rotated (q and k, the head
+// row t (`tr` as rot_in_head takes it and `slot` = slot_mapping[t], both
+// loaded once a row): rotated (q and k, the head
 // and first pair index found once for the four) and stored in y as rot_pair
 // does, and K and V also to the cache textures as two texels (four
 // consecutive columns each: adjacent pairs in order, or, rotate-half, the
@@ -218,16 +218,8 @@ fn store_group(t: u32, c: u32, tr: u32, slot: u32, a0: f32, a1: f32, a2: f32, a3
 fn rot_pair(t: u32, c: u32, a: f32, b: f32) -> Pair {
     var r = Pair(c, c + 1u, a, b);
     if (c < p.q_w + p.kv_w) {
-        let half_d = p.hd / 2u;
-        let h = c / p.hd;
-        let i = (c % p.hd) / 2u;
-        if (p.pairing == 0u) {
-            r.ca = h * p.hd + i;
-            r.cb = r.ca + half_d;
-        }
-        let cs = table[min(pos[t], p.max_pos - 1u) * half_d + i];
-        r.y0 = a * cs.x - b * cs.y;
-        r.y1 = a * cs.y + b * cs.x;
+        let tr = min(pos[t], p.max_pos - 1u) * (p.hd / 2u);
+        r = rot_in_head(c / p.hd, (c % p.hd) / 2u, c, tr, a, b);
     }
     let o = p.y_off + t * p.y_stride;
     y[o + r.ca] = r.y0;
