@@ -140,7 +140,17 @@ fn a_warmed_up_engine_compiles_nothing_when_serving() {
     })
     .unwrap();
     let store = pipeline_store(&ctx);
-    let mut engine = LlmEngine::with_context(&ctx, &tiny_config("pipelines_warm")).unwrap();
+    // A pool of more blocks than the 64-token step has tokens, so that the
+    // decode-shaped warm-up steps run as one-token sequences while the
+    // chunk-sized one must still be a prefill (its attention tiles a prompt's
+    // tokens, a kernel no decode compiles).
+    let cfg = EngineConfig {
+        kv_cache_memory: Some(2048 * 512),
+        max_model_len: Some(1024),
+        ..tiny_config("pipelines_warm")
+    };
+    let mut engine = LlmEngine::with_context(&ctx, &cfg).unwrap();
+    assert!(engine.plan.num_blocks >= 64, "{} blocks", engine.plan.num_blocks);
     let before = store.stats().compiled;
     let caps = engine.runner.row_tile_caps();
     // Tuned: a 64-token step twice under each cap, whose time under the

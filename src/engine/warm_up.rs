@@ -62,7 +62,7 @@ impl LlmEngine {
         let sizes = [1usize, 4, 8, 16, 32];
         let mut steps = 0;
         for &n in &sizes {
-            if self.warm_step(n)?.is_none() {
+            if self.warm_step(n, false)?.is_none() {
                 break;
             }
             steps += 1;
@@ -70,7 +70,7 @@ impl LlmEngine {
         let (tuning_steps, tuned_ms) = self.choose_row_tile()?;
         steps += tuning_steps;
         for &n in &sizes {
-            let Some(ms) = self.warm_step(n)? else { break };
+            let Some(ms) = self.warm_step(n, false)? else { break };
             self.budget.cost.observe(n, ms);
             steps += 1;
         }
@@ -79,7 +79,7 @@ impl LlmEngine {
         let chunk_ms = match tuned_ms {
             Some(ms) => Some(ms),
             None => {
-                let ms = self.warm_step(CHUNK_TOKENS)?;
+                let ms = self.warm_step(CHUNK_TOKENS, true)?;
                 steps += usize::from(ms.is_some());
                 ms
             }
@@ -104,7 +104,7 @@ impl LlmEngine {
         for _ in 0..2 {
             for (i, &cap) in caps.iter().enumerate() {
                 self.runner.set_row_tile_cap(cap);
-                let Some(ms) = self.warm_step(CHUNK_TOKENS)? else {
+                let Some(ms) = self.warm_step(CHUNK_TOKENS, true)? else {
                     // The step does not fit this engine's budget or pool: keep the tiles' own.
                     self.runner.set_row_tile_cap(u32::MAX);
                     return Ok((steps, None));
@@ -131,8 +131,13 @@ impl LlmEngine {
     }
 
     /// Runs one throwaway step of `n` rows (see `warm_up`) and returns its
-    /// time in ms, or `None` where `n` rows exceed the step budget or the pool.
-    fn warm_step(&mut self, n: usize) -> Result<Option<f64>, EngineError> {
+    /// time in ms, or `None` where `n` rows exceed the step budget or the pool:
+    /// as one sequence of `n` tokens where `prefill` (the chunk-sized step: a
+    /// prompt's attention tiles its tokens, a kernel no decode runs, so a
+    /// warm-up of one-token sequences left it to compile in the first
+    /// request: 8 s of TTFT on llvmpipe with an empty shader cache), else as
+    /// `n` one-token sequences where they fit.
+    fn warm_step(&mut self, n: usize, prefill: bool) -> Result<Option<f64>, EngineError> {
         let bs = self.plan.block_size;
         let cfg = &self.scheduler.cfg;
         if n > cfg.max_num_batched_tokens || n.div_ceil(bs) > self.plan.num_blocks {
@@ -141,7 +146,7 @@ impl LlmEngine {
         let seqs = cfg.max_num_seqs.min(self.plan.num_blocks);
         let ids = vec![0u32; n];
         // `n` one-token sequences of a block each, or one of `n` tokens.
-        let (tables, len): (Vec<Vec<u32>>, usize) = if n <= seqs {
+        let (tables, len): (Vec<Vec<u32>>, usize) = if n <= seqs && !prefill {
             ((0..n as u32).map(|b| vec![b]).collect(), 1)
         } else {
             (vec![(0..n.div_ceil(bs) as u32).collect()], n)
