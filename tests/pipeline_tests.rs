@@ -159,8 +159,8 @@ fn a_warmed_up_engine_compiles_nothing_when_serving() {
     assert_eq!(
         engine.warm_up().unwrap(),
         10 + tuning,
-        "1, 4, 8, 16 and 32 rows (32 as one sequence: 16 blocks), a 64-token step twice under each \
-         row-tile cap {caps:?}, then the first five again timed (and 64 tokens timed where no cap was)"
+        "a 64-token prompt twice under each row-tile cap {caps:?}, then 1, 4, 8, 16 and 32 \
+         one-token sequences, then those five again timed (and 64 tokens timed where no cap was)"
     );
     match &engine.row_tile {
         Some(r) => {

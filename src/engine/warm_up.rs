@@ -42,15 +42,15 @@ impl RowTileChoice {
 
 impl LlmEngine {
     /// Builds every pipeline a server will need before its first request:
-    /// pipelines compile when first used, so this runs one throwaway step per
-    /// row count the gemm row tiles cover (1, 4, 8, 16 and 32 rows, within the
-    /// step budget): as that many one-token sequences where the sequence cap and
-    /// the pool allow (the LM head then runs on as many rows), else as one
-    /// sequence of that many tokens. The KV rows written are in free blocks,
-    /// which no request reads before rewriting them. Where the backend offers
-    /// row-tile caps (`Backend::row_tile_caps`: CPU adapters), it times a
-    /// 64-token step under each, twice in turn, and keeps the fastest
-    /// (`row_tile`). Then it runs the first steps again, timed, and (where no
+    /// pipelines compile when first used, so where the backend offers
+    /// row-tile caps (`Backend::row_tile_caps`: CPU adapters) it first times a
+    /// 64-token prompt under each, twice in turn, and keeps the fastest
+    /// (`row_tile`); then it runs one throwaway step per row count the gemm
+    /// row tiles cover (1, 4, 8, 16 and 32 rows, within the step budget): as
+    /// that many one-token sequences where the sequence cap and the pool allow
+    /// (the LM head then runs on as many rows), else as one sequence of that
+    /// many tokens. The KV rows written are in free blocks, which no request
+    /// reads before rewriting them. Then it runs those steps again, timed, and (where no
     /// cap was timed) 64 tokens of one sequence, to seed the step cost
     /// `StepBudget` fits with them and the 64-token time (so the first burst
     /// of requests already gets stall-free steps). Does nothing once requests
@@ -59,16 +59,19 @@ impl LlmEngine {
         if self.scheduler.has_unfinished() || self.scheduler.blocks.num_free_blocks() < self.plan.num_blocks {
             return Ok(0);
         }
+        // The row tile first, so that the decode-shaped steps build only the
+        // chosen cap's tiles: on llvmpipe with an empty shader cache, the
+        // LM head's 16-row tile took 15 s to build and about as long again to
+        // JIT on its first dispatch, for a cap of 8 rows that never uses it.
+        let (tuning_steps, tuned_ms) = self.choose_row_tile()?;
+        let mut steps = tuning_steps;
         let sizes = [1usize, 4, 8, 16, 32];
-        let mut steps = 0;
         for &n in &sizes {
             if self.warm_step(n, false)?.is_none() {
                 break;
             }
             steps += 1;
         }
-        let (tuning_steps, tuned_ms) = self.choose_row_tile()?;
-        steps += tuning_steps;
         for &n in &sizes {
             let Some(ms) = self.warm_step(n, false)? else { break };
             self.budget.cost.observe(n, ms);
