@@ -50,8 +50,8 @@ impl LlmEngine {
     /// that many one-token sequences where the sequence cap and the pool allow
     /// (the LM head then runs on as many rows), else as one sequence of that
     /// many tokens. The KV rows written are in free blocks, which no request
-    /// reads before rewriting them. Then it runs those steps again, timed, and (where no
-    /// cap was timed) 64 tokens of one sequence, to seed the step cost
+    /// reads before rewriting them. Then it runs those steps again, timed,
+    /// and (where no cap was timed) 64 tokens of one sequence, to seed the step cost
     /// `StepBudget` fits with them and the 64-token time (so the first burst
     /// of requests already gets stall-free steps). Does nothing once requests
     /// have been added. Returns the steps run.
