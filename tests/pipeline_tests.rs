@@ -158,9 +158,10 @@ fn a_warmed_up_engine_compiles_nothing_when_serving() {
     let tuning = if caps.len() > 1 { 2 * caps.len() } else { 1 };
     assert_eq!(
         engine.warm_up().unwrap(),
-        10 + tuning,
+        11 + tuning,
         "a 64-token prompt twice under each row-tile cap {caps:?}, then 1, 4, 8, 16 and 32 \
-         one-token sequences, then those five again timed (and 64 tokens timed where no cap was)"
+         one-token sequences, then those five again timed (and 64 tokens timed where no cap was), \
+         then one token in the pool's last block"
     );
     match &engine.row_tile {
         Some(r) => {

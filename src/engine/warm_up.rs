@@ -53,7 +53,8 @@ impl LlmEngine {
     /// reads before rewriting them. Then it runs those steps again, timed,
     /// and (where no cap was timed) 64 tokens of one sequence, to seed the step cost
     /// `StepBudget` fits with them and the 64-token time (so the first burst
-    /// of requests already gets stall-free steps). Does nothing once requests
+    /// of requests already gets stall-free steps), and last one step in the
+    /// pool's last block (`touch_kv_pool`). Does nothing once requests
     /// have been added. Returns the steps run.
     pub fn warm_up(&mut self) -> Result<usize, EngineError> {
         if self.scheduler.has_unfinished() || self.scheduler.blocks.num_free_blocks() < self.plan.num_blocks {
@@ -90,7 +91,33 @@ impl LlmEngine {
         if let Some(ms) = chunk_ms {
             self.budget.cost.observe(CHUNK_TOKENS, ms);
         }
+        steps += self.touch_kv_pool()?;
         Ok(steps)
+    }
+
+    /// Runs a one-token step in the pool's last block, so that the step binds
+    /// the whole KV pool (steps bind the prefix they touch, rounded up to a
+    /// power of two of blocks) and wgpu zero-fills it now. Otherwise the
+    /// first step whose blocks reach past 64, 128, 256... blocks cleared the
+    /// next part while requests decoded: on lavapipe such a step of the
+    /// default model took 570-600 ms instead of ~320, an ITL spike in every
+    /// running request. Returns the steps run (0 where the pool is one block).
+    fn touch_kv_pool(&mut self) -> Result<usize, EngineError> {
+        let last = self.plan.num_blocks.saturating_sub(1) as u32;
+        if last == 0 {
+            return Ok(0);
+        }
+        let table = [last];
+        let chunk = SeqChunk {
+            token_ids: &[0],
+            start: 0,
+            len: 1,
+            block_table: &table,
+            sample: true,
+            logits_from: None,
+        };
+        self.runner.execute(&[chunk], false)?;
+        Ok(1)
     }
 
     /// Times a `CHUNK_TOKENS` step under each row-tile cap the runner offers,
