@@ -44,7 +44,7 @@
 //   2 w:      (N, K) weights in the layout of weights.wgsl; w_tex: the same as a
 //             texture, a texel row per weight row (then 3 is the scales' texture)
 //   3 scales: (N, K/32) f32 d, or vec2(d, m) for Q4_1 — quantised formats only;
-//             as a texture, Q4_0 and Q8_0 hold two blocks' d a texel (the loop
+//             as a texture, Q8_0 holds two blocks' d a texel (the loop
 //             then steps two blocks, the second guarded for odd K/32)
 //   4 y:      (T, y_stride) f32, row t at y_off + t*y_stride (read_write)
 // Weights larger than one storage binding are bound window by window (rows
@@ -92,8 +92,8 @@ struct Params {
 {% set with_min = format == "Q4_1" or format == "Q8_16" %}
 {# Q4 and Q8_0 from textures (CPU adapters): x pre-scaled, nibbles and bytes masked in place (weights.wgsl). #}
 {% set scaled = w_tex and format in ["Q4_0", "Q4_1", "Q8_0"] %}
-{# Q4_0 and Q8_0 scale textures hold two blocks a texel (src/backend/wgsl/weight.rs, scale_pairs). #}
-{% set pairs = w_tex and format in ["Q4_0", "Q8_0"] %}
+{# Q8_0 scale textures hold two blocks a texel (src/backend/wgsl/weight.rs, scale_pairs). #}
+{% set pairs = w_tex and format in ["Q8_0"] %}
 {# Texels a weight unit takes (Q8 blocks and f32 chunks two, side by side in the lane-group layout). #}
 {% set parts = 2 if format in ["Q8_0", "Q8_16", "F32"] else 1 %}
 {% set wl = "wl * 2u" if parts == 2 else "wl" %}

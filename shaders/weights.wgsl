@@ -107,7 +107,7 @@ fn load_w8(base: u32, c: u32) -> F8 { return dq_{{ format | lower }}(w[base + c]
   `g·units + u` holds unit u (block or chunk) of the group's rows, row
   `l·tn + j` of the group at texel `(j·wg + l)·parts + p` for the unit's texel p;
   `s_tex` the scales the same, a texel per block (rg32float for Q4_1,
-  rgba32float for Q8_16), or for Q4_0 and Q8_0 a texel per two blocks
+  rgba32float for Q8_16, r32float for Q4_0), or for Q8_0 a texel per two blocks
   (rg32float: d0, d1). The callers give texel columns `x0` (p = 0) and `x1`
   (p = 1) and the texture row `y`: `tex_bindings` declares them (the scales'
   texel format `scale_texel` given by src/backend/wgsl/weight.rs, `scale_binding`) with
@@ -135,7 +135,7 @@ let q{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }})); let d{{ j }} = 
 {% endif %}
 {% endmacro %}
 {#
-  `load_block_tex` where a scale texel holds two blocks (Q4_0, Q8_0):
+  `load_block_tex` where a scale texel holds two blocks (Q8_0):
   the block's data, and its scale from the texel `dp` already fetched, the
   first (`half` 0) or second block of the pair.
 #}

@@ -204,12 +204,15 @@ fn textures(ctx: &GpuContext, r: &Repacked, label: &str, tiles: GemmTiles) -> Ve
 }
 
 /// Whether a format's scale texture holds two blocks a texel (gemm.wgsl's
-/// `pairs`: one fetch serves two blocks): Q4_0 and Q8_0, one float a block
-/// (lavapipe, `wllm profile`: the lm_head's Q8_0 gemm at one row 5.0 -> 4.1
-/// ms). Q4_1's (d, m) pairs stay a texel a block: four floats a texel
-/// fetched no faster than two twice.
+/// `pairs`: one fetch serves two blocks): Q8_0 (lavapipe, `wllm profile`:
+/// the lm_head's Q8_0 gemm at one row 5.0 -> 4.1 ms). Q4_1's (d, m) pairs
+/// stay a texel a block: four floats a texel fetched no faster than two
+/// twice. Q4_0 too: its 24 columns' pair texels, live across both blocks of
+/// a step, cost more than the fetch they save (`cargo bench --bench
+/// kernels`, 576→49152 at one row, three interleaved runs: 8.48 / 8.21 /
+/// 8.54 G weights/s paired, 8.96 / 9.10 / 9.59 a texel a block).
 pub fn scale_pairs(format: WeightFormat) -> bool {
-    matches!(format, WeightFormat::Q4_0 | WeightFormat::Q8_0)
+    matches!(format, WeightFormat::Q8_0)
 }
 
 /// `w` array elements (vec4) per weight row.
@@ -225,7 +228,7 @@ pub fn w_row_len(format: WeightFormat, k: usize) -> usize {
 
 /// How the gemm binds a format's scale texture (its texel format rendered into
 /// weights.wgsl's `tex_bindings` as `scale_texel`):
-/// rg32float for Q4_1's (d, m) and for the d pairs of Q4_0 and Q8_0,
+/// rg32float for Q4_1's (d, m) and for the d pairs of Q8_0,
 /// rgba32float for Q8_16's (d0, m0, d1, m1), else r32float.
 pub fn scale_binding(format: WeightFormat) -> Binding {
     match (format.scale_floats(), scale_pairs(format)) {
