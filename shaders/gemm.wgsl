@@ -21,10 +21,10 @@
 // written a texel at a time: TN, W's row count and each window's first row are
 // multiples of 8 there.
 //
-// Prologue `norm` (CPU adapters, x a texture; the rms_norm before the qkv and
-// gate/up gemms): each x row is normalised as it is read, x̂ = x · g · inv with
-// inv = 1 / sqrt(mean(x²) + eps) and g the norm weight (a one-row texture,
-// the last binding): the loop multiplies x by g as it loads it (the min
+// Prologue `norm` (the rms_norm before the qkv and gate/up gemms): each x row
+// is normalised as it is read, x̂ = x · g · inv with inv = 1 / sqrt(mean(x²) +
+// eps) and g the norm weight (the last binding: a one-row texture where x is
+// a texture, CPU adapters; a vec4 buffer where x is one, GPUs): the loop multiplies x by g as it loads it (the min
 // term's Σ x·g an fma chain in lane order; pre-scaled x as x · (g · 2^-k))
 // and sums x² from the same loads (one fma chain a row, in increasing k: the
 // same for every tile), and inv scales each accumulator after it.
@@ -242,9 +242,15 @@ fn store_pair(t: u32, c: u32, a: f32, b: f32) {
 {% endif %}
 {% endif %}
 {% if norm %}
+{% if x_tex %}
 @group(0) @binding({{ (4 if quantized else 3) + (6 if rope else 1) }}) var g_tex: texture_storage_2d<rgba32float, read>;
 fn load_g8(c: u32) -> F8 {
 return F8(textureLoad(g_tex, vec2<u32>(2u * c, 0u)), textureLoad(g_tex, vec2<u32>(2u * c + 1u, 0u))); }
+{% else %}
+{# x a buffer of vec4 rows (GPU shapes): the norm weight a buffer beside it. #}
+@group(0) @binding({{ (4 if quantized else 3) + (6 if rope else 1) }}) var<storage, read> norm_w: array<vec4<f32>>;
+fn load_g8(c: u32) -> F8 { return F8(norm_w[2u * c], norm_w[2u * c + 1u]); }
+{% endif %}
 fn mul8(x: F8, g: F8) -> F8 { return F8(x.a * g.a, x.b * g.b); }
 // Σ x·g over the eight lanes, an fma chain in lane order.
 fn dot8(x: F8, g: F8) -> f32 {

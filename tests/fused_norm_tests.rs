@@ -1,5 +1,6 @@
-//! The layer's norms and residual adds fused into its gemms (CPU adapters,
-//! `Backend::fuses_norm`; on GPUs the CPU shapes are forced to test them): the
+//! The layer's norms and residual adds fused into its gemms
+//! (`Backend::fuses_norm`), in both shapes on every adapter (the CPU shapes'
+//! x and norm weight as textures, the GPU shapes' as buffers): the
 //! gate·up and qkv gemms normalise their x rows as
 //! they read them, the same bits under every row tile (so a row's result does
 //! not depend on its batch), close to `rms_norm` then the plain gemm and to a
@@ -25,6 +26,22 @@ fn cpu_shaped() -> &'static Kernels {
         ks.use_cpu_shapes();
         ks
     })
+}
+
+/// Kernels in the GPU shapes (x and the norm weight as `vec4` buffers), whose
+/// gemms fuse the norm too: the adapter's own on GPUs, forced on lavapipe.
+fn gpu_shaped() -> &'static Kernels {
+    static K: std::sync::OnceLock<Kernels> = std::sync::OnceLock::new();
+    K.get_or_init(|| {
+        let mut ks = Kernels::new(&kernels().ctx).unwrap_or_else(|e| panic!("{e}"));
+        ks.use_gpu_shapes();
+        ks
+    })
+}
+
+/// Both shapes, each checked on its own.
+fn shapes() -> [&'static Kernels; 2] {
+    [cpu_shaped(), gpu_shaped()]
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -56,10 +73,15 @@ fn cpu_rms_norm(x: &[f32], g: &[f32], k: usize) -> Vec<f64> {
 
 #[test]
 fn gemm_silu_mul_with_norm_is_the_same_under_every_tile_and_matches_the_cpu() {
-    let ks = cpu_shaped();
+    for ks in shapes() {
+        gemm_silu_mul_with_norm(ks);
+    }
+}
+
+fn gemm_silu_mul_with_norm(ks: &Kernels) {
     assert!(
         ks.fuses_norm(576) && !ks.fuses_norm(100),
-        "CPU shapes fuse norms of 64-float multiples"
+        "both shapes fuse norms of 64-float multiples, neither of rows of 100 floats"
     );
     // Q4_1 (scaled, with the min term), Q4_0 (scaled), Q8_0, f16 (floats).
     let cases = [
@@ -139,7 +161,12 @@ fn gemm_silu_mul_with_norm_is_the_same_under_every_tile_and_matches_the_cpu() {
 
 #[test]
 fn gemm_rope_kv_with_norm_is_the_same_under_every_tile_and_close_to_rms_norm_then_gemm() {
-    let ks = cpu_shaped();
+    for ks in shapes() {
+        gemm_rope_kv_with_norm(ks);
+    }
+}
+
+fn gemm_rope_kv_with_norm(ks: &Kernels) {
     let cases = [
         (WeightFormat::Q4_1, 9u32, 3u32, 64u32, 7usize, RopePairing::Adjacent),
         (WeightFormat::F16, 3, 1, 16, 2, RopePairing::RotateHalf),
@@ -270,19 +297,28 @@ fn gemm_residual_adds_exactly_the_gemm_under_every_tile() {
 }
 
 #[test]
-fn a_norm_the_adapter_cannot_fuse_is_an_error_not_a_panic() {
-    let mut gpu = Kernels::new(&kernels().ctx).unwrap();
-    gpu.use_gpu_shapes();
-    assert!(!gpu.fuses_norm(576), "GPU shapes run rms_norm as its own kernel");
+fn a_norm_the_gemm_cannot_fuse_is_an_error_not_a_panic() {
+    let gpu = gpu_shaped();
+    assert!(
+        gpu.fuses_norm(576),
+        "GPU shapes fuse norms of rows of a multiple of 8 floats"
+    );
+    assert!(!gpu.fuses_norm(100), "but not of 100 floats");
     let (format, k, inter) = (WeightFormat::Q4_1, 576usize, 8usize);
     let mut r = rng(330);
     let g = quant::repack(format, &rand_weight_bytes(&mut r, format, inter, k), inter, k).unwrap();
     let il = GpuWeight::upload(&gpu.ctx, &Repacked::interleave_rows(&g, &g, "t").unwrap(), "il");
-    let (xb, gbuf, out) = (upload(&rand_vec(&mut r, k)), upload(&vec![1.0f32; k]), zeros(inter));
+    let (xb, gbuf, out) = (upload(&rand_vec(&mut r, k + 1)), upload(&vec![1.0f32; k]), zeros(inter));
     let mut enc = encoder();
     let norm = Some(NormArgs { w: &gbuf, eps: EPS });
+    // x rows that do not start on a vec4 (offset 1) cannot be normalised as read.
+    let x = Rows {
+        buf: &xb,
+        off: 1,
+        stride: k as u32,
+    };
     let e = gpu
-        .gemm_silu_mul(&mut enc, &il, Rows::new(&xb, k), norm, Rows::new(&out, inter), 1)
+        .gemm_silu_mul(&mut enc, &il, x, norm, Rows::new(&out, inter), 1)
         .unwrap_err();
     assert!(e.to_string().contains("rms_norm"), "{e}");
 }

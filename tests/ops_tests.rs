@@ -268,8 +268,22 @@ fn quant_or(format: WeightFormat, k: usize) -> usize {
 
 #[test]
 fn argmax_finds_first_maximum() {
-    let ks = kernels();
-    for (rows, n) in [(1usize, 49152usize), (3, 7), (67, 1000), (130, 65)] {
+    // The adapter's workgroup size, and the other shape's (64 lanes on CPU
+    // adapters, 256 on GPUs).
+    let mut other = wllm::backend::wgsl::Kernels::new(&kernels().ctx).unwrap();
+    if other.cpu_shapes {
+        other.use_gpu_shapes();
+    } else {
+        other.use_cpu_shapes();
+    }
+    assert_ne!(kernels().argmax_wg(), other.argmax_wg());
+    for ks in [kernels(), &other] {
+        argmax_of_rows(ks);
+    }
+}
+
+fn argmax_of_rows(ks: &wllm::backend::wgsl::Kernels) {
+    for (rows, n) in [(1usize, 49152usize), (3, 7), (67, 1000), (130, 65), (2, 300)] {
         let mut r = rng(n as u64);
         let mut x = rand_vec(&mut r, rows * n);
         // Ties: the lowest index must win.

@@ -3,8 +3,9 @@
 //! embed → per layer: rms_norm(+residual) → qkv gemm with rope and the cache
 //! write → paged_attention → o gemm → rms_norm(+residual) → gate·up gemm with silu·mul →
 //! down gemm → final rms_norm(+residual) on the sampled rows only → lm_head → argmax.
-//! Seven launches a layer on a backend that fuses them (wgpu); five where it
-//! also fuses the norms (`Backend::fuses_norm`, CPU adapters): the qkv and
+//! Seven launches a layer on a backend that fuses them; five where it also
+//! fuses the norms (`Backend::fuses_norm`: the wgpu backend, GPUs and CPU
+//! adapters alike; cuda runs rms_norm on its own): the qkv and
 //! gate·up gemms normalise their x rows and the o and down gemms add into the
 //! residual stream. The fused weights are in `layer_weights`.
 

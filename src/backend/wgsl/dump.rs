@@ -13,12 +13,11 @@ pub struct RenderedKernel {
 }
 
 /// The kernels that are plain WGSL (not templates), by name.
-const FIXED: [&str; 8] = [
+const FIXED: [&str; 7] = [
     "rms_norm",
     "rope",
     "rope_cache_write",
     "silu_mul",
-    "argmax",
     "masked_argmax",
     "cache_write",
     "cache_write_tex",
@@ -37,13 +36,21 @@ impl Kernels {
                 RenderedKernel { file, source }
             })
             .collect();
+        let wg = self.argmax_wg();
+        out.push(RenderedKernel {
+            file: format!("argmax_wg{wg}.wgsl"),
+            source: templates::render("argmax.wgsl", minijinja::context! { wg => wg })?,
+        });
         for format in WeightFormat::ALL {
             for tm in self.row_tiles_of(format) {
-                for (x_vec, silu, rope) in [
-                    (true, false, false),
-                    (false, false, false),
-                    (true, true, false),
-                    (true, false, true),
+                // (x rows as vec4, silu epilogue, rope epilogue, the layer's
+                // norm fused: its prologue or the residual epilogue).
+                for (x_vec, silu, rope, fused) in [
+                    (true, false, false, false),
+                    (true, false, false, true),
+                    (false, false, false, false),
+                    (true, true, false, true),
+                    (true, false, true, true),
                 ] {
                     let mut v = self.gemm_variant_of(format, tm, x_vec, silu, rope);
                     v.w_tex = self.cpu_shapes;
@@ -52,10 +59,11 @@ impl Kernels {
                     v.x_lanes = v.x_tex && self.x_lanes(format, (heads * head_dim) as usize);
                     // CPU adapters hold the KV cache as textures (kv_tex.rs).
                     v.kv_tex = rope && self.cpu_shapes && v.tn.is_multiple_of(8);
-                    // CPU adapters fuse the layer's norms: the qkv and gate·up
-                    // gemms normalise x, the others add into the residual stream.
-                    v.norm = v.x_tex && (silu || rope);
-                    v.residual = v.x_tex && !(silu || rope);
+                    // The layer's norms fused (`fuses_norm`: x as vec4 rows):
+                    // the qkv and gate·up gemms normalise x, the others add
+                    // into the residual stream.
+                    v.norm = fused && (silu || rope);
+                    v.residual = fused && !(silu || rope);
                     let layout = if x_vec { "xvec4" } else { "xscalar" };
                     let epilogue = match (silu, rope) {
                         (true, _) => "_silu",
@@ -187,8 +195,10 @@ mod tests {
                         assert!(src.contains("store_group(t0") && !src.contains("store_pair("), "{v:?}");
                         validate(&format!("{v:?}"), &src);
                     }
-                    if x_tex && (tm == 1 || tm == 16) {
-                        // CPU adapters' layers: the norm prologue (qkv, gate·up) or the residual epilogue (o, down).
+                    if x_vec && (tm == 1 || tm == 16) {
+                        // Fused layers: the norm prologue (qkv, gate·up) or the
+                        // residual epilogue (o, down); the norm weight a texture
+                        // beside an x texture, else a buffer (GPU shapes).
                         let norm = silu || rope;
                         let v = GemmVariant {
                             norm,
@@ -199,7 +209,11 @@ mod tests {
                         let src = gemm::source(v).unwrap();
                         assert_eq!(src.contains("row_inv(ss0)"), norm, "{v:?}");
                         assert_eq!(src.contains("= y[o0 + 0u] + a0_0"), !norm, "{v:?}");
+                        assert_eq!(src.contains("var<storage, read> norm_w"), norm && !x_tex, "{v:?}");
                         validate(&format!("{v:?}"), &src);
+                        if !x_tex {
+                            continue;
+                        }
                         // x texels shared across the lanes (subgroups of 8 or more).
                         let v = GemmVariant { x_lanes: true, ..v };
                         let src = gemm::source(v).unwrap();
@@ -262,6 +276,15 @@ mod tests {
                 blocked: true,
             };
             assert!(attention::source(v).is_err(), "{v:?}");
+        }
+    }
+
+    #[test]
+    fn argmax_renders_valid_wgsl_at_both_workgroup_sizes() {
+        for wg in [64, 256] {
+            let src = templates::render("argmax.wgsl", minijinja::context! { wg => wg }).unwrap();
+            assert!(src.contains(&format!("@workgroup_size({wg})")), "{src}");
+            validate(&format!("argmax wg {wg}"), &src);
         }
     }
 

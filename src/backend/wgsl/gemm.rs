@@ -34,7 +34,8 @@ pub struct GemmVariant {
     pub rope: bool,
     /// The rope epilogue writes the cache as textures (`kv_tex`; TN a multiple of 8).
     pub kv_tex: bool,
-    /// The rms_norm prologue: x rows normalised as they are read (x a texture).
+    /// The rms_norm prologue: x rows normalised as they are read (the norm
+    /// weight a texture where x is one, else a `vec4` buffer).
     pub norm: bool,
     /// The residual epilogue: y += the tile.
     pub residual: bool,

@@ -159,7 +159,11 @@ impl Kernels {
             (true, false) => &[R, R, R, RW, RW],
             (true, true) => &[R, R, R, store, store],
         };
-        let norm: &[Binding] = if v.norm { &[Binding::LoadRgba32Float] } else { &[] };
+        let norm: &[Binding] = match (v.norm, v.x_tex) {
+            (false, _) => &[],
+            (true, true) => &[Binding::LoadRgba32Float],
+            (true, false) => &[R],
+        };
         let storage: Vec<Binding> = storage.iter().chain(rope).chain(norm).copied().collect();
         let epilogue = match (v.silu, v.rope) {
             (true, _) => "_silu",
@@ -205,12 +209,22 @@ impl Kernels {
         self.gemm_epilogue(enc, w, x, None, y, t, &[(0, tm)], &Epilogue::Residual)
     }
 
-    /// Whether gemms can take the rms_norm of x rows of `d` floats: CPU
-    /// adapters, where x is copied into a texture (rows of whole 256-byte
-    /// multiples) and a dispatch saved (tens of µs on lavapipe) is worth more
-    /// than the x·g and Σx² each invocation adds to the loads it makes anyway.
+    /// Whether gemms can take the rms_norm of x rows of `d` floats, so that
+    /// a layer makes two dispatches fewer: a dispatch saved (tens of µs on
+    /// lavapipe, a few on a GPU, where the norm's own launch and its round
+    /// trip through memory were a fifth of a one-row decode step) is worth
+    /// more than the x·g and Σx² each invocation adds to the loads it makes
+    /// anyway. CPU adapters copy x into a texture (rows of whole 256-byte
+    /// multiples); GPUs read x and the norm weight as `vec4` buffers (rows of
+    /// a multiple of 8 floats), one storage binding more than the rope
+    /// epilogue's nine.
     pub fn fuses_norm(&self, d: u32) -> bool {
-        self.cpu_shapes && d > 0 && (d * 4).is_multiple_of(256) && d / 4 <= self.ctx.limits.max_texture_dimension_2d
+        let limits = &self.ctx.limits;
+        if self.cpu_shapes {
+            d > 0 && (d * 4).is_multiple_of(256) && d / 4 <= limits.max_texture_dimension_2d
+        } else {
+            d > 0 && d.is_multiple_of(8) && limits.max_storage_buffers_per_shader_stage >= 10
+        }
     }
 
     /// Whether the gemm of `w` reads its textures: their lane-group layout
@@ -376,14 +390,19 @@ impl Kernels {
         v.x_lanes = v.x_tex && self.x_lanes(w.format, w.k);
         v.residual = matches!(ep, Epilogue::Residual);
         v.norm = norm.is_some();
-        // The norm prologue reads x as a texture (`fuses_norm`).
+        // The norm prologue reads x and the norm weight as textures (CPU
+        // shapes) or as vec4 buffers (`fuses_norm`).
         let norm_bound = match norm {
             Some(n) if v.x_tex => Some((self.norm_texture(n.w, w.k as u32)?, n.eps)),
-            Some(_) => {
+            Some(n) if v.x_vec && n.w.size() >= w.k as u64 * 4 => Some((Bound::Buf(BufSlice::whole(n.w)), n.eps)),
+            Some(n) => {
                 return Err(GpuError::Limit(format!(
-                    "a gemm with the rms_norm fused takes x rows a texture can hold (CPU adapters, rows of a \
-                     multiple of 64 floats); got K = {}, stride {}",
-                    w.k, x.stride
+                    "a gemm with the rms_norm fused takes x rows of a multiple of 8 floats (4-aligned) and a norm \
+                     weight of K floats; got K = {}, stride {}, offset {}, a weight of {} bytes",
+                    w.k,
+                    x.stride,
+                    x.off,
+                    n.w.size()
                 )));
             }
             None => None,

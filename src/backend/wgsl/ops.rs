@@ -505,7 +505,7 @@ impl Backend for Kernels {
         out: &wgpu::Buffer,
     ) -> Result<(), GpuError> {
         let bufs = [BufSlice::whole(x), BufSlice::whole(out)];
-        enc.dispatch(&self.argmax, u32s(&[rows, n, 0, 0]), &bufs, [rows, 1, 1]);
+        enc.dispatch(&self.argmax_kernel()?, u32s(&[rows, n, 0, 0]), &bufs, [rows, 1, 1]);
         Ok(())
     }
 
