@@ -271,3 +271,44 @@ fn gpu_shaped_gemm_matches_cpu() {
         }
     }
 }
+
+/// On GPUs a batched pass with few workgroups takes a narrower column tile
+/// (`Kernels::min_workgroups`): the same bits as the full tile, for the plain,
+/// residual and silu·mul gemms (Q4_1, the default model's format, and f16).
+#[test]
+fn gpu_column_tiles_narrowed_for_few_workgroups_give_the_same_bits() {
+    let mut full = wllm::backend::wgsl::Kernels::new(&kernels().ctx).unwrap();
+    full.use_gpu_shapes();
+    let mut narrow = wllm::backend::wgsl::Kernels::new(&kernels().ctx).unwrap();
+    narrow.use_gpu_shapes();
+    narrow.min_workgroups = 1 << 20;
+    for (fi, format) in [WeightFormat::Q4_1, WeightFormat::F16].into_iter().enumerate() {
+        let (t, n, k) = (16usize, 70usize, 576usize);
+        let mut r = rng(400 + fi as u64);
+        let (w, _) = rand_weight(&mut r, format, n, k);
+        let (x, y0) = (rand_vec(&mut r, t * k), rand_vec(&mut r, t * n));
+        let xb = upload(&x);
+        let outs: Vec<wgpu::Buffer> = (0..6)
+            .map(|i| if i < 4 { upload(&y0) } else { zeros(t * n / 2) })
+            .collect();
+        let mut enc = encoder();
+        for (i, ks) in [&full, &narrow].into_iter().enumerate() {
+            let xr = Rows::new(&xb, k);
+            ks.gemm(&mut enc, &w, xr, Rows::new(&outs[i], n), t as u32).unwrap();
+            ks.gemm_residual(&mut enc, &w, xr, Rows::new(&outs[2 + i], n), t as u32)
+                .unwrap();
+            // (W's rows taken as interleaved gate/up pairs: 35 outputs.)
+            ks.gemm_silu_mul(&mut enc, &w, xr, None, Rows::new(&outs[4 + i], n / 2), t as u32)
+                .unwrap();
+        }
+        let reads: Vec<(&wgpu::Buffer, usize)> = outs
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (b, if i < 4 { t * n } else { t * n / 2 }))
+            .collect();
+        let got: Vec<Vec<f32>> = run_read(enc, &reads);
+        for (what, i) in [("gemm", 0), ("gemm_residual", 2), ("gemm_silu_mul", 4)] {
+            assert_eq!(bits(&got[i]), bits(&got[i + 1]), "{format:?} {what}: narrowed tile");
+        }
+    }
+}

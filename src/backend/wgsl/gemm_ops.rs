@@ -111,6 +111,33 @@ impl Kernels {
         self.gemm_variant_of(w.format, tm, x_vec, silu, rope)
     }
 
+    /// The column tile of a gemm pass of `rows` rows in tiles of `tm`: the
+    /// variant's, and on GPUs, for batched tiles, halved while the dispatch
+    /// would have fewer than `min_workgroups` workgroups (each lane's loop
+    /// over K is a chain of dependent loads there, so a narrow weight at a
+    /// small batch wants more lanes, not wider tiles). Every tile gives the
+    /// same bits. An NVIDIA H200, `wllm profile --device wgpu`, column tile 4
+    /// against 1 (2 for the column-pair epilogues) for every batched pass:
+    /// 16-row decode step 6.52-6.64 -> 4.90 ms (the o and down gemms' 20
+    /// workgroups a pass -> 72: 3.99 -> 2.70 ms), 512-token prefill 15.85 ->
+    /// 17.63 ms (its passes have thousands of workgroups: they keep 4 here).
+    fn pass_tn(&self, w: &GpuWeight, x: Rows, tm: u32, rows: u32, silu: bool, rope: bool) -> u32 {
+        let tn = self.gemm_variant(w, x, tm, silu, rope).tn;
+        if self.cpu_shapes || tm == 1 {
+            // (CPU adapters' weight textures are laid out for their tile.)
+            return tn;
+        }
+        let row_tiles = rows.div_ceil(tm);
+        narrow_tn(
+            tn,
+            w.n as u32,
+            row_tiles,
+            self.tiles.wg,
+            self.min_workgroups,
+            silu || rope,
+        )
+    }
+
     /// The variant for a format, row tile, x layout and epilogue on this
     /// adapter's tiles (the silu and rope epilogues, which take column
     /// pairs, round TN up to even).
@@ -419,15 +446,15 @@ impl Kernels {
             None => Bound::Buf(BufSlice::whole(x.buf)),
         };
         v.kv_tex = matches!(ep, Epilogue::Rope { kv_tex: Some(_), .. });
+        // Each pass: its first row, row tile, column tile and kernel.
         let kernels = passes
             .iter()
-            .map(|&(r0, tm)| {
-                let pass = GemmVariant {
-                    tm,
-                    tn: self.gemm_variant(w, x, tm, silu, rope).tn,
-                    ..v
-                };
-                Ok((r0, tm, self.gemm_kernel(pass)?))
+            .enumerate()
+            .map(|(i, &(r0, tm))| {
+                let end = passes.get(i + 1).map_or(t, |p| p.0);
+                let tn = self.pass_tn(w, x, tm, end - r0, silu, rope);
+                let pass = GemmVariant { tm, tn, ..v };
+                Ok((r0, tm, tn, self.gemm_kernel(pass)?))
             })
             .collect::<Result<Vec<_>, GpuError>>()?;
         let windows: Vec<(u32, u32, Vec<Bound>)> = if v.w_tex {
@@ -496,9 +523,8 @@ impl Kernels {
                 p.eps = *eps;
                 bufs.push(g.clone());
             }
-            for (i, (r0, tm, kernel)) in kernels.iter().enumerate() {
+            for (i, (r0, tm, tn, kernel)) in kernels.iter().enumerate() {
                 let end = kernels.get(i + 1).map_or(t, |k| k.0);
-                let tn = self.gemm_variant(w, x, *tm, silu, rope).tn;
                 let cols = rows.div_ceil(tn * v.wg);
                 let pass = GemmParams { t: end, r0: *r0, ..p };
                 let b = if i + 1 == kernels.len() {
@@ -538,6 +564,18 @@ fn split_rows(tiles: &[u32], t: u32, tm: u32) -> Vec<(u32, u32)> {
     }
 }
 
+/// `Kernels::pass_tn`: the column tile `tn` halved while `n` columns in
+/// workgroups of `wg` lanes over `row_tiles` row tiles make fewer than
+/// `min_workgroups` workgroups, down to 1 (2, and even, for the epilogues
+/// that take column pairs).
+fn narrow_tn(mut tn: u32, n: u32, row_tiles: u32, wg: u32, min_workgroups: u32, pairs: bool) -> u32 {
+    let floor = if pairs { 2 } else { 1 };
+    while tn > floor && n.div_ceil(tn * wg) * row_tiles < min_workgroups {
+        tn = (tn / 2).max(floor).next_multiple_of(floor);
+    }
+    tn
+}
+
 /// `Kernels::row_tile` for `tiles` (ascending), `t` rows and `cols`
 /// workgroup columns.
 fn pick_row_tile(tiles: &[u32], t: u32, cols: u32, min_workgroups: u32) -> u32 {
@@ -555,7 +593,26 @@ fn pick_row_tile(tiles: &[u32], t: u32, cols: u32, min_workgroups: u32) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::{pick_row_tile, split_rows};
+    use super::{narrow_tn, pick_row_tile, split_rows};
+
+    #[test]
+    fn gpu_column_tiles_narrow_until_the_dispatch_has_enough_workgroups() {
+        // The default model at 16 rows on a GPU (4-row tiles, 32 lanes): the
+        // o / down gemms (576 columns) 5 x 4 workgroups at TN 4, 72 at TN 1.
+        assert_eq!(narrow_tn(4, 576, 4, 32, 256, false), 1);
+        // The gate·up gemm's column pairs stop at 2 (3072 columns: 192 workgroups).
+        assert_eq!(narrow_tn(4, 3072, 4, 32, 256, true), 2);
+        // A 512-token prefill has workgroups enough: the tile stays.
+        assert_eq!(narrow_tn(4, 576, 128, 32, 256, false), 4);
+        assert_eq!(narrow_tn(4, 3072, 128, 32, 256, true), 4);
+        // Only as far as needed: 64 rows of 576 columns, 16 row tiles:
+        // TN 4 makes 80 workgroups, 2 makes 144, 1 makes 288.
+        assert_eq!(narrow_tn(4, 576, 16, 32, 128, false), 2);
+        assert_eq!(narrow_tn(4, 576, 16, 32, 256, false), 1);
+        // Even tiles for pairs from an even start; no narrowing with a minimum of 1.
+        assert_eq!(narrow_tn(6, 960, 1, 32, 1000, true), 2);
+        assert_eq!(narrow_tn(8, 8, 1, 64, 1, false), 8);
+    }
 
     #[test]
     fn rows_past_the_last_full_tile_take_a_smaller_tile() {

@@ -62,10 +62,12 @@ pub struct Kernels {
     pub tiles: GemmTiles,
     /// Kernel shapes for CPU adapters (lavapipe) rather than GPUs.
     pub cpu_shapes: bool,
-    /// Fewest workgroups a batched gemm should launch (`row_tile` takes a
-    /// smaller row tile below it): on CPU adapters a workgroup is one
-    /// thread's share of a dispatch, so a narrow weight at a small batch (the
-    /// o and down gemms at 16 rows: 3 workgroups) leaves cores idle. 1 on GPUs.
+    /// Fewest workgroups a batched gemm should launch: on CPU adapters a
+    /// workgroup is one thread's share of a dispatch, so a narrow weight at a
+    /// small batch (the o and down gemms at 16 rows: 3 workgroups) leaves
+    /// cores idle, and `row_tile` takes a smaller row tile below it; on GPUs
+    /// (`GPU_MIN_WORKGROUPS`) the column tile narrows instead (`pass_tn`).
+    /// `use_gpu_shapes` sets 1, so that tests run the tiles they name.
     pub min_workgroups: u32,
     /// The largest row tile batched gemms may take (`u32::MAX`: the tiles'
     /// own), set by the engine's warm-up from timed steps (`Backend::set_row_tile_cap`).
@@ -129,7 +131,11 @@ impl Kernels {
             ctx: ctx.clone(),
             tiles: tiles.unwrap_or_else(|| tiles_for(ctx)),
             cpu_shapes: ctx.cpu_textures(),
-            min_workgroups: if ctx.is_cpu() { cpu_min_workgroups() } else { 1 },
+            min_workgroups: if ctx.is_cpu() {
+                cpu_min_workgroups()
+            } else {
+                GPU_MIN_WORKGROUPS
+            },
             row_cap: AtomicU32::new(u32::MAX),
             tiles_given: tiles.is_some(),
             rms_norm: k("rms_norm", templates::file("rms_norm.wgsl"), &[R, R, RW, R, RW])?,
@@ -336,6 +342,12 @@ pub(crate) fn variant_kernel<K: std::hash::Hash + Eq>(
     let k = make()?;
     Ok(lock().entry(key).or_insert(k).clone())
 }
+
+/// `Kernels::min_workgroups` on GPUs: about two a multiprocessor of a large
+/// GPU (an H200 has 132). On an H200 a 16-row decode step's batched gemms
+/// were fastest with their column tile narrowed to 1-2 (72-192 workgroups a
+/// pass), a 512-token prefill's with 4 (thousands), see `pass_tn`.
+const GPU_MIN_WORKGROUPS: u32 = 256;
 
 /// `Kernels::min_workgroups` on CPU adapters: three a core (two left the
 /// o and down gemms' three workgroups at 16 rows on two cores).
