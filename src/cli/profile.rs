@@ -4,7 +4,9 @@
 //! those dispatches replayed alone (median; the replay includes recording its
 //! bind groups), their share of the whole step, the bytes they must move per
 //! second against the read roof and, for gemm and attention, GFLOP/s against
-//! the FMA roof (`op_cost` says what is counted). Roofs are measured in the
+//! the FMA roof (`op_cost` says what is counted). Batched gemms take the row
+//! tile `wllm serve`'s warm-up would choose (`RowTileChoice::time_caps`), so
+//! the steps run the tiles serving runs. Roofs are measured in the
 //! same run (`backend::wgsl::roofs`). Where the adapter offers timestamps inside
 //! passes they are not used yet: replaying each kernel alone works everywhere.
 
@@ -14,7 +16,7 @@ use anyhow::Context;
 use clap::Args;
 use wllm::backend::OpenBackend;
 use wllm::backend::wgsl::{Kernels, roofs};
-use wllm::engine::{ModelRunner, SeqChunk};
+use wllm::engine::{ModelRunner, RowTileChoice, SeqChunk, StepRunner};
 use wllm::gpu::StepEncoder;
 use wllm::model::{LlamaModel, ModelFiles};
 
@@ -166,15 +168,9 @@ fn raised_roof(
     }
 }
 
-fn profile(
-    runner: &ModelRunner<Kernels>,
-    roofs: &roofs::Roofs,
-    title: &str,
-    seqs: &Seqs,
-    reps: usize,
-) -> anyhow::Result<()> {
-    let chunks: Vec<SeqChunk> = seqs
-        .iter()
+/// A scenario's sequences as the runner's chunks (each sampling its last token).
+fn seq_chunks(seqs: &Seqs) -> Vec<SeqChunk<'_>> {
+    seqs.iter()
         .map(|(ids, cached, table)| SeqChunk {
             token_ids: ids,
             start: *cached,
@@ -183,7 +179,17 @@ fn profile(
             sample: true,
             logits_from: None,
         })
-        .collect();
+        .collect()
+}
+
+fn profile(
+    runner: &ModelRunner<Kernels>,
+    roofs: &roofs::Roofs,
+    title: &str,
+    seqs: &Seqs,
+    reps: usize,
+) -> anyhow::Result<()> {
+    let chunks = seq_chunks(seqs);
     // The whole step, recorded anew for each run as the engine does.
     let mut whole = Vec::new();
     for _ in 0..=reps {
@@ -304,6 +310,26 @@ pub fn run(a: &ProfileArgs) -> anyhow::Result<()> {
     let model = LlamaModel::load(&kernels, &files, &mc).context("loading the model")?;
     let max_tokens = max_batch.max(a.prefill).max(1);
     let runner = ModelRunner::new(kernels, model, num_blocks, bs, max_tokens, max_batch, max_len)?;
+    // The row tile of batched gemms as `wllm serve`'s warm-up chooses it
+    // (CPU adapters), so the steps below run the tiles serving runs.
+    let chunk = sequences(1, 0, RowTileChoice::TOKENS, bs);
+    let fits = RowTileChoice::TOKENS <= max_tokens && RowTileChoice::TOKENS.div_ceil(bs) <= num_blocks;
+    let (_, choice) = RowTileChoice::time_caps(&runner.row_tile_caps(), RowTileChoice::TOKENS, |cap| {
+        runner.set_row_tile_cap(cap);
+        let chunks = seq_chunks(&chunk);
+        Ok::<_, anyhow::Error>(if fits {
+            Some(timed(runner.record(&chunks)?.0)? * 1e3)
+        } else {
+            None
+        })
+    })?;
+    match choice {
+        Some(c) => {
+            runner.set_row_tile_cap(c.cap);
+            println!("{}", c.describe());
+        }
+        None => runner.set_row_tile_cap(u32::MAX),
+    }
     for &b in &a.batch {
         let title = format!("decode, batch {b}, {context} tokens of context each");
         profile(&runner, &roofs, &title, &sequences(b.max(1), context, 1, bs), a.reps)?;

@@ -11,7 +11,7 @@ use super::model_runner::SeqChunk;
 
 /// Tokens of the prefill-sized step (one sequence) that times each row-tile
 /// cap and, last, seeds the step cost.
-const CHUNK_TOKENS: usize = 64;
+const CHUNK_TOKENS: usize = RowTileChoice::TOKENS;
 
 /// The row tile the warm-up chose for batched gemms.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,6 +24,57 @@ pub struct RowTileChoice {
 }
 
 impl RowTileChoice {
+    /// Tokens of the one-sequence step the caps are timed on.
+    pub const TOKENS: usize = 64;
+
+    /// Times a step of `tokens` tokens under each of `caps` (largest first)
+    /// with `time` (which sets the cap, runs the step and returns its ms, or
+    /// `None` where the step does not fit), twice in turn, and keeps the
+    /// fastest (the largest cap on ties: every tile gives the same bits, so
+    /// only speed differs). Returns the steps run and the choice: none with
+    /// fewer than two caps or a step that does not fit. The engine's warm-up
+    /// and `wllm profile` choose alike.
+    pub fn time_caps<E>(
+        caps: &[u32],
+        tokens: usize,
+        mut time: impl FnMut(u32) -> Result<Option<f64>, E>,
+    ) -> Result<(usize, Option<Self>), E> {
+        if caps.len() < 2 {
+            return Ok((0, None));
+        }
+        let mut best = vec![f64::INFINITY; caps.len()];
+        let mut steps = 0;
+        for _ in 0..2 {
+            for (i, &cap) in caps.iter().enumerate() {
+                let Some(ms) = time(cap)? else {
+                    return Ok((steps, None));
+                };
+                best[i] = best[i].min(ms);
+                steps += 1;
+            }
+        }
+        let mut pick = 0;
+        for i in 1..caps.len() {
+            if best[i] < best[pick] {
+                pick = i;
+            }
+        }
+        let choice = Self {
+            cap: caps[pick],
+            times: caps.iter().copied().zip(best).collect(),
+            tokens,
+        };
+        Ok((steps, Some(choice)))
+    }
+
+    /// The chosen cap's best time (ms).
+    pub fn chosen_ms(&self) -> f64 {
+        self.times
+            .iter()
+            .find(|(cap, _)| *cap == self.cap)
+            .map_or(f64::INFINITY, |t| t.1)
+    }
+
     /// One line for the start-up log.
     pub fn describe(&self) -> String {
         let times: Vec<String> = self
@@ -120,43 +171,26 @@ impl LlmEngine {
         Ok(1)
     }
 
-    /// Times a `CHUNK_TOKENS` step under each row-tile cap the runner offers,
-    /// twice in turn (the best of two), keeps the fastest and records it in
+    /// Times a `CHUNK_TOKENS` step under each row-tile cap the runner offers
+    /// (`RowTileChoice::time_caps`), keeps the fastest and records it in
     /// `row_tile`. Returns the steps run and, where a cap was chosen, its
     /// best time (ms).
     fn choose_row_tile(&mut self) -> Result<(usize, Option<f64>), EngineError> {
         let caps = self.runner.row_tile_caps();
-        if caps.len() < 2 {
-            return Ok((0, None));
-        }
-        let mut best = vec![f64::INFINITY; caps.len()];
-        let mut steps = 0;
-        for _ in 0..2 {
-            for (i, &cap) in caps.iter().enumerate() {
-                self.runner.set_row_tile_cap(cap);
-                let Some(ms) = self.warm_step(CHUNK_TOKENS, true)? else {
-                    // The step does not fit this engine's budget or pool: keep the tiles' own.
-                    self.runner.set_row_tile_cap(u32::MAX);
-                    return Ok((steps, None));
-                };
-                best[i] = best[i].min(ms);
-                steps += 1;
+        let (steps, choice) = RowTileChoice::time_caps(&caps, CHUNK_TOKENS, |cap| {
+            self.runner.set_row_tile_cap(cap);
+            self.warm_step(CHUNK_TOKENS, true)
+        })?;
+        let Some(choice) = choice else {
+            if caps.len() >= 2 {
+                // The step does not fit this engine's budget or pool: keep the tiles' own.
+                self.runner.set_row_tile_cap(u32::MAX);
             }
-        }
-        // The largest cap wins ties (caps are largest first).
-        let mut pick = 0;
-        for i in 1..caps.len() {
-            if best[i] < best[pick] {
-                pick = i;
-            }
-        }
-        self.runner.set_row_tile_cap(caps[pick]);
-        let chosen_ms = best[pick];
-        self.row_tile = Some(RowTileChoice {
-            cap: caps[pick],
-            times: caps.iter().copied().zip(best).collect(),
-            tokens: CHUNK_TOKENS,
-        });
+            return Ok((steps, None));
+        };
+        self.runner.set_row_tile_cap(choice.cap);
+        let chosen_ms = choice.chosen_ms();
+        self.row_tile = Some(choice);
         Ok((steps, Some(chosen_ms)))
     }
 
@@ -195,5 +229,43 @@ impl LlmEngine {
         let started = Instant::now();
         self.runner.execute(&chunks, false)?;
         Ok(Some(started.elapsed().as_secs_f64() * 1e3))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RowTileChoice;
+
+    /// `time_caps` with step times by cap, in the order asked (None: the step does not fit).
+    fn choose(caps: &[u32], times: &[Option<f64>]) -> (usize, Option<RowTileChoice>, Vec<u32>) {
+        let mut asked = Vec::new();
+        let mut next = times.iter();
+        let (steps, choice) = RowTileChoice::time_caps(caps, 64, |cap| {
+            asked.push(cap);
+            Ok::<_, ()>(*next.next().expect("asked for no more steps than given"))
+        })
+        .unwrap();
+        (steps, choice, asked)
+    }
+
+    #[test]
+    fn the_fastest_cap_of_two_rounds_wins_and_the_largest_on_ties() {
+        // Caps 16 then 8, twice: 8's best (300) beats 16's (400).
+        let (steps, c, asked) = choose(&[16, 8], &[Some(900.0), Some(500.0), Some(400.0), Some(300.0)]);
+        let c = c.unwrap();
+        assert_eq!((steps, c.cap, asked), (4, 8, vec![16, 8, 16, 8]));
+        assert_eq!(c.times, vec![(16, 400.0), (8, 300.0)]);
+        assert_eq!(c.chosen_ms(), 300.0);
+        // A tie keeps the larger tile.
+        let (_, c, _) = choose(&[16, 8], &[Some(5.0), Some(5.0), Some(6.0), Some(6.0)]);
+        assert_eq!(c.unwrap().cap, 16);
+    }
+
+    #[test]
+    fn no_choice_with_one_cap_or_a_step_that_does_not_fit() {
+        assert!(matches!(choose(&[16], &[]), (0, None, _)));
+        assert!(matches!(choose(&[], &[]), (0, None, _)));
+        let (steps, c, asked) = choose(&[16, 8], &[Some(1.0), None]);
+        assert_eq!((steps, c.is_none(), asked), (1, true, vec![16, 8]));
     }
 }
