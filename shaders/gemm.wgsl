@@ -24,8 +24,8 @@
 // Prologue `norm` (the rms_norm before the qkv and gate/up gemms): each x row
 // is normalised as it is read, x̂ = x · g · inv with inv = 1 / sqrt(mean(x²) +
 // eps) and g the norm weight (the last binding: a one-row texture where x is
-// a texture, CPU adapters; a vec4 buffer where x is one, GPUs): the loop multiplies x by g as it loads it (the min
-// term's Σ x·g an fma chain in lane order; pre-scaled x as x · (g · 2^-k))
+// a texture, CPU adapters; a vec4 buffer where x is one, GPUs): the loop
+// multiplies x by g as it loads it (the min term's Σ x·g an fma chain in lane order; pre-scaled x as x · (g · 2^-k))
 // and sums x² from the same loads (one fma chain a row, in increasing k: the
 // same for every tile), and inv scales each accumulator after it.
 // Epilogue `residual` (the o and down gemms): y += Y.

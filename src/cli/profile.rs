@@ -16,7 +16,7 @@ use anyhow::Context;
 use clap::Args;
 use wllm::backend::OpenBackend;
 use wllm::backend::wgsl::{Kernels, roofs};
-use wllm::engine::{ModelRunner, RowTileChoice, SeqChunk, StepRunner};
+use wllm::engine::{ModelRunner, RowTileChoice, SeqChunk};
 use wllm::gpu::StepEncoder;
 use wllm::model::{LlamaModel, ModelFiles};
 
@@ -312,23 +312,18 @@ pub fn run(a: &ProfileArgs) -> anyhow::Result<()> {
     let runner = ModelRunner::new(kernels, model, num_blocks, bs, max_tokens, max_batch, max_len)?;
     // The row tile of batched gemms as `wllm serve`'s warm-up chooses it
     // (CPU adapters), so the steps below run the tiles serving runs.
-    let chunk = sequences(1, 0, RowTileChoice::TOKENS, bs);
+    let tuning = sequences(1, 0, RowTileChoice::TOKENS, bs);
+    let chunks = seq_chunks(&tuning);
     let fits = RowTileChoice::TOKENS <= max_tokens && RowTileChoice::TOKENS.div_ceil(bs) <= num_blocks;
-    let (_, choice) = RowTileChoice::time_caps(&runner.row_tile_caps(), RowTileChoice::TOKENS, |cap| {
-        runner.set_row_tile_cap(cap);
-        let chunks = seq_chunks(&chunk);
+    let (_, choice) = RowTileChoice::choose(&runner, RowTileChoice::TOKENS, || {
         Ok::<_, anyhow::Error>(if fits {
             Some(timed(runner.record(&chunks)?.0)? * 1e3)
         } else {
             None
         })
     })?;
-    match choice {
-        Some(c) => {
-            runner.set_row_tile_cap(c.cap);
-            println!("{}", c.describe());
-        }
-        None => runner.set_row_tile_cap(u32::MAX),
+    if let Some(c) = choice {
+        println!("{}", c.describe());
     }
     for &b in &a.batch {
         let title = format!("decode, batch {b}, {context} tokens of context each");

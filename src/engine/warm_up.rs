@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::EngineError;
 use super::LlmEngine;
-use super::model_runner::SeqChunk;
+use super::model_runner::{SeqChunk, StepRunner};
 
 /// Tokens of the prefill-sized step (one sequence) that times each row-tile
 /// cap and, last, seeds the step cost.
@@ -65,6 +65,28 @@ impl RowTileChoice {
             tokens,
         };
         Ok((steps, Some(choice)))
+    }
+
+    /// Chooses the row tile of `runner`'s batched gemms: `time_caps` over
+    /// the caps the runner offers (`time` runs the step under the cap set),
+    /// then the runner keeps the chosen cap, or the tiles' own where a step
+    /// did not fit. The engine's warm-up and `wllm profile` choose this way.
+    pub fn choose<E>(
+        runner: &dyn StepRunner,
+        tokens: usize,
+        mut time: impl FnMut() -> Result<Option<f64>, E>,
+    ) -> Result<(usize, Option<Self>), E> {
+        let caps = runner.row_tile_caps();
+        let (steps, choice) = Self::time_caps(&caps, tokens, |cap| {
+            runner.set_row_tile_cap(cap);
+            time()
+        })?;
+        match &choice {
+            Some(c) => runner.set_row_tile_cap(c.cap),
+            None if caps.len() >= 2 => runner.set_row_tile_cap(u32::MAX),
+            None => {}
+        }
+        Ok((steps, choice))
     }
 
     /// The chosen cap's best time (ms).
@@ -171,27 +193,16 @@ impl LlmEngine {
         Ok(1)
     }
 
-    /// Times a `CHUNK_TOKENS` step under each row-tile cap the runner offers
-    /// (`RowTileChoice::time_caps`), keeps the fastest and records it in
-    /// `row_tile`. Returns the steps run and, where a cap was chosen, its
-    /// best time (ms).
+    /// Chooses the row tile by timing a `CHUNK_TOKENS` step under each cap
+    /// (`RowTileChoice::choose`) and records it in `row_tile`. Returns the
+    /// steps run and, where a cap was chosen, its best time (ms).
     fn choose_row_tile(&mut self) -> Result<(usize, Option<f64>), EngineError> {
-        let caps = self.runner.row_tile_caps();
-        let (steps, choice) = RowTileChoice::time_caps(&caps, CHUNK_TOKENS, |cap| {
-            self.runner.set_row_tile_cap(cap);
+        let (steps, choice) = RowTileChoice::choose(self.runner.as_ref(), CHUNK_TOKENS, || {
             self.warm_step(CHUNK_TOKENS, true)
         })?;
-        let Some(choice) = choice else {
-            if caps.len() >= 2 {
-                // The step does not fit this engine's budget or pool: keep the tiles' own.
-                self.runner.set_row_tile_cap(u32::MAX);
-            }
-            return Ok((steps, None));
-        };
-        self.runner.set_row_tile_cap(choice.cap);
-        let chosen_ms = choice.chosen_ms();
-        self.row_tile = Some(choice);
-        Ok((steps, Some(chosen_ms)))
+        let chosen_ms = choice.as_ref().map(RowTileChoice::chosen_ms);
+        self.row_tile = choice;
+        Ok((steps, chosen_ms))
     }
 
     /// Runs one throwaway step of `n` rows (see `warm_up`) and returns its
@@ -201,7 +212,7 @@ impl LlmEngine {
     /// warm-up of one-token sequences left it to compile in the first
     /// request: 8 s of TTFT on llvmpipe with an empty shader cache), else as
     /// `n` one-token sequences where they fit.
-    fn warm_step(&mut self, n: usize, prefill: bool) -> Result<Option<f64>, EngineError> {
+    fn warm_step(&self, n: usize, prefill: bool) -> Result<Option<f64>, EngineError> {
         let bs = self.plan.block_size;
         let cfg = &self.scheduler.cfg;
         if n > cfg.max_num_batched_tokens || n.div_ceil(bs) > self.plan.num_blocks {

@@ -446,7 +446,7 @@ impl Kernels {
             None => Bound::Buf(BufSlice::whole(x.buf)),
         };
         v.kv_tex = matches!(ep, Epilogue::Rope { kv_tex: Some(_), .. });
-        // Each pass: its first row, row tile, column tile and kernel.
+        // Each pass: its rows r0..end, row tile, column tile and kernel.
         let kernels = passes
             .iter()
             .enumerate()
@@ -454,7 +454,7 @@ impl Kernels {
                 let end = passes.get(i + 1).map_or(t, |p| p.0);
                 let tn = self.pass_tn(w, x, tm, end - r0, silu, rope);
                 let pass = GemmVariant { tm, tn, ..v };
-                Ok((r0, tm, tn, self.gemm_kernel(pass)?))
+                Ok((r0, end, tm, tn, self.gemm_kernel(pass)?))
             })
             .collect::<Result<Vec<_>, GpuError>>()?;
         let windows: Vec<(u32, u32, Vec<Bound>)> = if v.w_tex {
@@ -523,21 +523,15 @@ impl Kernels {
                 p.eps = *eps;
                 bufs.push(g.clone());
             }
-            for (i, (r0, tm, tn, kernel)) in kernels.iter().enumerate() {
-                let end = kernels.get(i + 1).map_or(t, |k| k.0);
+            for (i, &(r0, end, tm, tn, ref kernel)) in kernels.iter().enumerate() {
                 let cols = rows.div_ceil(tn * v.wg);
-                let pass = GemmParams { t: end, r0: *r0, ..p };
+                let pass = GemmParams { t: end, r0, ..p };
                 let b = if i + 1 == kernels.len() {
                     std::mem::take(&mut bufs)
                 } else {
                     bufs.clone()
                 };
-                enc.dispatch_bound(
-                    kernel,
-                    bytemuck::bytes_of(&pass),
-                    b,
-                    [cols, (end - r0).div_ceil(*tm), 1],
-                );
+                enc.dispatch_bound(kernel, bytemuck::bytes_of(&pass), b, [cols, (end - r0).div_ceil(tm), 1]);
             }
         }
         Ok(())
