@@ -3,7 +3,9 @@
 //! weight type a file may hold (K-quants only where K is a multiple of 256;
 //! GB/s counts the bytes of the GPU layout the type is repacked into, which is
 //! what the kernel reads), and prefill GEMM GFLOP/s at T = 128, each as % of
-//! its roof.
+//! its roof; the prefill in the row tile the engine would choose (each cap
+//! timed, as its warm-up does). `WLLM_BENCH_FORMATS` (e.g. `Q4_1,F16`) and
+//! `WLLM_BENCH_SHAPES` (`quick`, or `576x49152,1536x576`) narrow the run.
 //! Run with `cargo bench --bench kernels`.
 
 use rand::{Rng, SeedableRng};
@@ -47,8 +49,15 @@ fn main() {
     };
     let shapes: Vec<(usize, usize)> = match std::env::var("WLLM_BENCH_SHAPES").ok().as_deref() {
         Some("quick") => vec![(576, 1536)],
-        _ => vec![(576, 1536), (576, 192), (1536, 576), (576, 49152)],
+        // Or a list of K x N shapes: "576x49152,1536x576".
+        Some(list) => list.split(',').map(shape).collect(),
+        None => vec![(576, 1536), (576, 192), (1536, 576), (576, 49152)],
     };
+    // WLLM_BENCH_DECODE_REPS: decode dispatches a measurement, and no
+    // prefill (a long decode run to sample, as scripts/jit-mix.sh does).
+    let decode_reps: Option<usize> = std::env::var("WLLM_BENCH_DECODE_REPS")
+        .ok()
+        .map(|v| v.parse().unwrap_or_else(|e| panic!("WLLM_BENCH_DECODE_REPS: {v}: {e}")));
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
     let mut rows = Vec::new();
     for &format in &formats {
@@ -69,19 +78,37 @@ fn main() {
             ks.prepare_gemm(&w).expect("prepare");
             let x = buffer(&ks, 128 * k * 4);
             let y = buffer(&ks, 128 * n * 4);
-            let reps = if n > 10000 { 5 } else { 30 };
+            let reps = decode_reps.unwrap_or(if n > 10000 { 5 } else { 30 });
             let dec = roofs::time_reps(&ctx, reps, |enc| {
                 ks.gemm(enc, &w, Rows::new(&x, k), Rows::new(&y, n), 1)
             })
             .expect("gemm");
-            let pre = roofs::time_reps(&ctx, 2.max(reps / 10), |enc| {
-                ks.gemm(enc, &w, Rows::new(&x, k), Rows::new(&y, n), 128)
-            })
-            .expect("gemm");
+            // The prefill in the row tile the engine's warm-up would choose:
+            // each cap it offers timed, the fastest kept (every tile gives
+            // the same bits; `RowTileChoice`).
+            let mut caps = ks.row_tile_caps(format);
+            if caps.is_empty() {
+                caps.push(u32::MAX);
+            }
+            if decode_reps.is_some() {
+                caps.clear();
+            }
+            let (mut pre, mut tile) = (f64::INFINITY, 0);
+            for cap in caps {
+                ks.set_row_tile_cap(cap);
+                let s = roofs::time_reps(&ctx, 2.max(reps / 10), |enc| {
+                    ks.gemm(enc, &w, Rows::new(&x, k), Rows::new(&y, n), 128)
+                })
+                .expect("gemm");
+                if s < pre {
+                    (pre, tile) = (s, ks.row_tile(&w, 128));
+                }
+            }
+            ks.set_row_tile_cap(u32::MAX);
             let gbs = layout_bytes as f64 / dec / 1e9;
             let weights = (n * k) as f64 / dec / 1e9;
             let gflops = 2.0 * 128.0 * (n * k) as f64 / pre / 1e9;
-            rows.push((format, k, n, gbs, weights, gflops, layout_bytes));
+            rows.push((format, k, n, gbs, weights, gflops, tile, layout_bytes));
         }
     }
     // The roofs again at the end (a shared machine's speed drifts over the
@@ -112,18 +139,31 @@ fn main() {
     // weight cannot reach the read roof however fast its kernel.
     let launch = roofs.dispatch_s.min(again.dispatch_s);
     println!(
-        "| type (layout) | K→N | decode GB/s | % read roof | % read roof at best with a launch | decode G weights/s | prefill T=128 GFLOP/s | % FMA roof |"
+        "| type (layout) | K→N | decode GB/s | % read roof | % read roof at best with a launch | decode G weights/s | prefill T=128 GFLOP/s (row tile) | % FMA roof |"
     );
     println!("|---|---|---|---|---|---|---|---|");
-    for (format, k, n, gbs, weights, gflops, bytes) in rows {
+    for (format, k, n, gbs, weights, gflops, tile, bytes) in rows {
         let at_roof = bytes as f64 / (read_roof * 1e9);
         println!(
-            "| {format:?} ({:?}) | {k}→{n} | {gbs:.2} | {:.0} % | {:.0} % | {weights:.2} | {gflops:.1} | {:.0} % |",
+            "| {format:?} ({:?}) | {k}→{n} | {gbs:.2} | {:.0} % | {:.0} % | {weights:.2} | {gflops:.1} ({tile}) | {:.0} % |",
             format.layout(),
             100.0 * gbs / read_roof,
             100.0 * at_roof / (at_roof + launch),
             100.0 * gflops / fma_roof
         );
+    }
+}
+
+/// "KxN" of `WLLM_BENCH_SHAPES`.
+fn shape(s: &str) -> (usize, usize) {
+    let dim = |v: &str| {
+        v.trim()
+            .parse::<usize>()
+            .unwrap_or_else(|e| panic!("WLLM_BENCH_SHAPES: {s}: {e}"))
+    };
+    match s.split_once(['x', 'X']) {
+        Some((k, n)) => (dim(k), dim(n)),
+        None => panic!("WLLM_BENCH_SHAPES: {s} is not KxN (e.g. 576x49152)"),
     }
 }
 
