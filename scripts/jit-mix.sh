@@ -4,7 +4,8 @@
 # llvmpipe's JIT code while it runs, and prints the bench's row and the
 # instruction mix of the hottest stretch of JIT code (the kernel's loop) by
 # class, per weight multiply (every format multiplies once a weight, 8 lanes
-# an instruction), with the x86 instructions a second that implies.
+# an instruction), with the x86 instructions a second that implies (at the
+# bench's rate, which for a small weight includes the dispatch's launch).
 #
 #   scripts/jit-mix.sh Q4_1 576x49152
 #
