@@ -8,9 +8,12 @@
 //! `WLLM_BENCH_SHAPES` (`quick`, or `576x49152,1536x576`) narrow the run.
 //! Run with `cargo bench --bench kernels`.
 
+use std::convert::Infallible;
+
 use rand::{Rng, SeedableRng};
 use wllm::backend::Backend;
 use wllm::backend::wgsl::{GpuWeight, Kernels, Rows, roofs};
+use wllm::engine::RowTileChoice;
 use wllm::gpu::{GpuContext, GpuOptions};
 use wllm::quant::{self, WeightFormat};
 
@@ -83,28 +86,32 @@ fn main() {
                 ks.gemm(enc, &w, Rows::new(&x, k), Rows::new(&y, n), 1)
             })
             .expect("gemm");
-            // The prefill in the row tile the engine's warm-up would choose:
-            // each cap it offers timed, the fastest kept (every tile gives
-            // the same bits; `RowTileChoice`).
-            let mut caps = ks.row_tile_caps(format);
-            if caps.is_empty() {
-                caps.push(u32::MAX);
-            }
-            if decode_reps.is_some() {
-                caps.clear();
-            }
-            let (mut pre, mut tile) = (f64::INFINITY, 0);
-            for cap in caps {
-                ks.set_row_tile_cap(cap);
-                let s = roofs::time_reps(&ctx, 2.max(reps / 10), |enc| {
+            // The prefill in the row tile the engine's warm-up would choose
+            // (`RowTileChoice::time_caps`: each cap timed twice in turn, the
+            // fastest kept; every tile gives the same bits), or the tiles'
+            // own where there is no choice (one cap, or tiles given). No
+            // prefill with WLLM_BENCH_DECODE_REPS.
+            let prefill_s = || {
+                roofs::time_reps(&ctx, 2.max(reps / 10), |enc| {
                     ks.gemm(enc, &w, Rows::new(&x, k), Rows::new(&y, n), 128)
                 })
-                .expect("gemm");
-                if s < pre {
-                    (pre, tile) = (s, ks.row_tile(&w, 128));
-                }
-            }
-            ks.set_row_tile_cap(u32::MAX);
+                .expect("gemm")
+            };
+            let (pre, tile) = if decode_reps.is_some() {
+                (f64::INFINITY, 0)
+            } else {
+                let caps = ks.row_tile_caps(format);
+                let (_, choice) = RowTileChoice::time_caps(&caps, 128, |cap| {
+                    ks.set_row_tile_cap(cap);
+                    Ok::<_, Infallible>(Some(prefill_s() * 1e3))
+                })
+                .unwrap_or_else(|e| match e {});
+                ks.set_row_tile_cap(choice.as_ref().map_or(u32::MAX, |c| c.cap));
+                let pre = choice.as_ref().map_or_else(prefill_s, |c| c.chosen_ms() / 1e3);
+                let tile = ks.row_tile(&w, 128);
+                ks.set_row_tile_cap(u32::MAX);
+                (pre, tile)
+            };
             let gbs = layout_bytes as f64 / dec / 1e9;
             let weights = (n * k) as f64 / dec / 1e9;
             let gflops = 2.0 * 128.0 * (n * k) as f64 / pre / 1e9;
