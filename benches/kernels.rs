@@ -4,15 +4,22 @@
 //! GB/s counts the bytes of the GPU layout the type is repacked into, which is
 //! what the kernel reads), and prefill GEMM GFLOP/s at T = 128, each as % of
 //! its roof; the prefill in the row tile the engine would choose (each cap
-//! timed, as its warm-up does). `WLLM_BENCH_FORMATS` (e.g. `Q4_1,F16`) and
-//! `WLLM_BENCH_SHAPES` (`quick`, or `576x49152,1536x576`) narrow the run.
+//! timed, as its warm-up does). Beside each decode GEMV, its format's
+//! dequant roof on the same weight (CPU adapters: `dequant_roof.wgsl` walks
+//! and dequantises the same texels with x in registers and no reduction
+//! order), the most a GEMV of f32 math on that format can reach here, and
+//! the GEMV's share of it: the two are timed in turn, three rounds, and each
+//! keeps its fastest. A dequant roof kernel that reads faster than the read
+//! kernels raises the read roof, as a GEMV does. `WLLM_BENCH_FORMATS` (e.g.
+//! `Q4_1,F16`) and `WLLM_BENCH_SHAPES` (`quick`, or `576x49152,1536x576`)
+//! narrow the run.
 //! Run with `cargo bench --bench kernels`.
 
 use std::convert::Infallible;
 
 use rand::{Rng, SeedableRng};
 use wllm::backend::Backend;
-use wllm::backend::wgsl::{GpuWeight, Kernels, Rows, roofs};
+use wllm::backend::wgsl::{GpuWeight, Kernels, Rows, dequant_roof, roofs};
 use wllm::engine::RowTileChoice;
 use wllm::gpu::{GpuContext, GpuOptions};
 use wllm::quant::{self, WeightFormat};
@@ -82,10 +89,20 @@ fn main() {
             let x = buffer(&ks, 128 * k * 4);
             let y = buffer(&ks, 128 * n * 4);
             let reps = decode_reps.unwrap_or(if n > 10000 { 5 } else { 30 });
-            let dec = roofs::time_reps(&ctx, reps, |enc| {
-                ks.gemm(enc, &w, Rows::new(&x, k), Rows::new(&y, n), 1)
-            })
-            .expect("gemm");
+            // The GEMV and its format's dequant roof on this weight (CPU
+            // adapters' textures) in turn, three rounds, each the fastest
+            // of its rounds: both under the same drift of a shared machine.
+            let (mut dec, mut dq) = (f64::INFINITY, None::<f64>);
+            for _ in 0..3 {
+                let s = roofs::time_reps(&ctx, reps, |enc| {
+                    ks.gemm(enc, &w, Rows::new(&x, k), Rows::new(&y, n), 1)
+                })
+                .expect("gemm");
+                dec = dec.min(s);
+                if let Some(r) = dequant_roof::seconds(&ks, &w, reps).expect("dequant roof") {
+                    dq = Some(dq.map_or(r, |d| d.min(r)));
+                }
+            }
             // The prefill in the row tile the engine's warm-up would choose
             // (`RowTileChoice::time_caps`: each cap timed twice in turn, the
             // fastest kept; every tile gives the same bits), or the tiles'
@@ -115,7 +132,8 @@ fn main() {
             let gbs = layout_bytes as f64 / dec / 1e9;
             let weights = (n * k) as f64 / dec / 1e9;
             let gflops = 2.0 * 128.0 * (n * k) as f64 / pre / 1e9;
-            rows.push((format, k, n, gbs, weights, gflops, tile, layout_bytes));
+            let dq_weights = dq.map(|s| (n * k) as f64 / s / 1e9);
+            rows.push((format, k, n, gbs, weights, gflops, tile, layout_bytes, dq_weights));
         }
     }
     // The roofs again at the end (a shared machine's speed drifts over the
@@ -129,10 +147,15 @@ fn main() {
         roofs.read_gbs.max(again.read_gbs),
         roofs.fma_gflops.max(again.fma_gflops),
     );
-    let best_gemv = rows.iter().map(|r| r.3).fold(0.0f64, f64::max);
+    // A GEMV or a dequant roof kernel (the same texels) that read faster
+    // than the read kernels sets the read roof.
+    let best_gemv = rows
+        .iter()
+        .map(|r| r.3.max(r.8.map_or(0.0, |d| d * r.7 as f64 / (r.2 * r.1) as f64)))
+        .fold(0.0f64, f64::max);
     let read_roof = roof_at_least(read_measured, best_gemv, || {
         format!(
-            "a GEMV read {best_gemv:.2} GB/s, above the read kernels' {read_measured:.2}: that is the read roof below"
+            "a GEMV (or its dequant roof kernel) read {best_gemv:.2} GB/s, above the read kernels' {read_measured:.2}: that is the read roof below"
         )
     });
     let best_gemm = rows.iter().map(|r| r.5).fold(0.0f64, f64::max);
@@ -146,13 +169,24 @@ fn main() {
     // weight cannot reach the read roof however fast its kernel.
     let launch = roofs.dispatch_s.min(again.dispatch_s);
     println!(
-        "| type (layout) | K→N | decode GB/s | % read roof | % read roof at best with a launch | decode G weights/s | prefill T=128 GFLOP/s (row tile) | % FMA roof |"
+        "| type (layout) | K→N | decode GB/s | % read roof | % read roof at best with a launch | decode G weights/s | dequant roof G weights/s (GB/s, % read roof) | % dequant roof | prefill T=128 GFLOP/s (row tile) | % FMA roof |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
-    for (format, k, n, gbs, weights, gflops, tile, bytes) in rows {
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for (format, k, n, gbs, weights, gflops, tile, bytes, dq) in rows {
         let at_roof = bytes as f64 / (read_roof * 1e9);
+        // The dequant roof's rate in the GEMV's bytes, and its share of the read roof.
+        let (dq_roof, dq_share) = match dq {
+            Some(d) => {
+                let d_gbs = d * bytes as f64 / (n * k) as f64;
+                (
+                    format!("{d:.2} ({d_gbs:.2}, {:.0} %)", 100.0 * d_gbs / read_roof),
+                    format!("{:.0} %", 100.0 * weights / d),
+                )
+            }
+            None => ("–".into(), "–".into()),
+        };
         println!(
-            "| {format:?} ({:?}) | {k}→{n} | {gbs:.2} | {:.0} % | {:.0} % | {weights:.2} | {gflops:.1} ({tile}) | {:.0} % |",
+            "| {format:?} ({:?}) | {k}→{n} | {gbs:.2} | {:.0} % | {:.0} % | {weights:.2} | {dq_roof} | {dq_share} | {gflops:.1} ({tile}) | {:.0} % |",
             format.layout(),
             100.0 * gbs / read_roof,
             100.0 * at_roof / (at_roof + launch),

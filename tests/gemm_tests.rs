@@ -312,3 +312,54 @@ fn gpu_column_tiles_narrowed_for_few_workgroups_give_the_same_bits() {
         }
     }
 }
+
+/// The kernel bench's dequant roof (`dequant_roof.wgsl`) reads every weight
+/// of the gemm's texture layout once and dequantises it as the gemm does:
+/// each lane's sum is Σ over its rows of W[row, k] · x[k % 32], against the
+/// CPU's dequantised weights, in every format with textures (N = 203: a
+/// partial lane group; Q8_0's five blocks: an odd count of scale pairs).
+#[test]
+fn dequant_roof_reads_and_dequantises_every_weight_once() {
+    use wllm::backend::wgsl::dequant_roof;
+    let ks = kernels();
+    let x = dequant_roof::roof_x();
+    let mut tested = 0;
+    for (fi, format) in WeightFormat::ALL.into_iter().enumerate() {
+        let (n, k) = (203, if format.block().0 == 256 { 768 } else { 160 });
+        let (w, wc) = rand_weight(&mut rng(90 + fi as u64), format, n, k);
+        let Some(sums) = dequant_roof::lane_sums(ks, &w).unwrap() else {
+            // Only adapters without weight textures (GPUs) have no roof.
+            assert!(w.tex.is_empty(), "{format:?}: textures but no dequant roof");
+            continue;
+        };
+        for (t, got) in w.tex.iter().zip(&sums) {
+            let (tn, wg) = (t.tn as usize, t.wg as usize);
+            assert_eq!(got.len(), (t.rows as usize).div_ceil(tn * wg) * wg, "{format:?}");
+            for (lane, &g) in got.iter().enumerate() {
+                let (group, l) = (lane / wg, lane % wg);
+                let (mut want, mut mag) = (0.0f64, 0.0f64);
+                for j in 0..tn {
+                    let row = group * tn * wg + l * tn + j;
+                    if row >= t.rows as usize {
+                        continue;
+                    }
+                    for kk in 0..k {
+                        let p = f64::from(wc[(t.row0 as usize + row) * k + kk]) * f64::from(x[kk % 32]);
+                        want += p;
+                        mag += p.abs();
+                    }
+                }
+                let err = (f64::from(g) - want).abs();
+                assert!(
+                    err <= 1e-5 * mag + 1e-6,
+                    "{format:?}: lane {lane} got {g} want {want} (err {err})"
+                );
+            }
+        }
+        tested += 1;
+    }
+    // On adapters with weight textures (CPU adapters) every format has a roof.
+    if kernels().ctx.cpu_textures() {
+        assert_eq!(tested, WeightFormat::ALL.len());
+    }
+}

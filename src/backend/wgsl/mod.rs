@@ -5,6 +5,7 @@
 //! time a step needs them.
 
 pub mod attention;
+pub mod dequant_roof;
 mod dump;
 pub mod embed;
 pub mod gemm;
@@ -25,7 +26,7 @@ use wgpu::util::DeviceExt;
 pub use dump::RenderedKernel;
 pub use gemm::{GemmParams, GemmVariant};
 pub use templates::SHADER_FILES;
-pub use weight::{GpuWeight, WeightWindow};
+pub use weight::{GpuWeight, WeightTex, WeightWindow};
 
 pub use crate::backend::{RopeArgs, RopePairing};
 

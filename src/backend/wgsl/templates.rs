@@ -17,6 +17,10 @@ pub const SHADER_FILES: &[(&str, &str)] = &[
         "attention_common.wgsl",
         include_str!("../../../shaders/attention_common.wgsl"),
     ),
+    (
+        "bench/dequant_roof.wgsl",
+        include_str!("../../../shaders/bench/dequant_roof.wgsl"),
+    ),
     ("cache_write.wgsl", include_str!("../../../shaders/cache_write.wgsl")),
     (
         "cache_write_tex.wgsl",

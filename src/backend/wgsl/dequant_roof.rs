@@ -1,0 +1,117 @@
+//! A weight format's dequant roof (benchmarks only): how fast this adapter
+//! reads a weight in the gemm's texture layout and widens it into f32
+//! multiply-adds with nothing else to do (`shaders/bench/dequant_roof.wgsl`:
+//! the decode GEMV's texel walk and dequantisation, x in registers, no
+//! reduction order). A decode GEMV is bound by the lower of the read roof and
+//! this one; on CPU adapters the quantised formats' dequant roof is the lower,
+//! and `cargo bench --bench kernels` prints each GEMV's share of both.
+
+use std::sync::Arc;
+
+use minijinja::context;
+
+use super::roofs::time_reps;
+use super::templates::render;
+use super::weight::{WeightTex, scale_binding};
+use super::{GpuWeight, Kernels};
+use crate::gpu::{Binding, Bound, BufSlice, GpuError, Kernel, StepEncoder};
+
+/// The kernel for a weight uploaded as textures (`GpuWeight::tex`), or
+/// `None` where it has none (GPU adapters) or, for floats, K is not a
+/// multiple of 32.
+fn kernel(ks: &Kernels, w: &GpuWeight) -> Result<Option<Arc<Kernel>>, GpuError> {
+    let Some(t) = w.tex.first() else {
+        return Ok(None);
+    };
+    let q = w.format.is_quantized();
+    if !q && !w.k.is_multiple_of(32) {
+        return Ok(None);
+    }
+    let format = w.format.layout();
+    let source = render(
+        "bench/dequant_roof.wgsl",
+        context! {
+            format => format!("{format:?}"),
+            quantized => q,
+            tn => t.tn,
+            wg => t.wg,
+            scale_texel => scale_binding(format).wgsl_texel(),
+        },
+    )?;
+    let storage: Vec<Binding> = if q {
+        vec![
+            Binding::LoadRgba32Uint,
+            scale_binding(format),
+            Binding::Read,
+            Binding::ReadWrite,
+        ]
+    } else {
+        vec![Binding::LoadRgba32Uint, Binding::Read, Binding::ReadWrite]
+    };
+    let name = format!("dequant_roof_{format:?}_{}x{}", t.tn, t.wg);
+    Kernel::new(&ks.ctx.device, &name, &source, &storage, None).map(|k| Some(Arc::new(k)))
+}
+
+/// x of one block (32 values: element k of every row is multiplied by
+/// `ROOF_X[k % 32]`): values that keep every sum finite and far from zero.
+pub fn roof_x() -> [f32; 32] {
+    std::array::from_fn(|i| 0.5 + i as f32 / 64.0)
+}
+
+/// The roof's dispatches over all of `w`, one a texture window, each writing
+/// its invocations' sums to its own `outs` buffer.
+fn record(enc: &mut StepEncoder, k: &Arc<Kernel>, w: &GpuWeight, xv: &wgpu::Buffer, outs: &[wgpu::Buffer]) {
+    let params = [w.chunks() as u32, 0, 0, 0];
+    for (t, out) in w.tex.iter().zip(outs) {
+        let mut bufs: Vec<Bound> = [Some(t.data.clone()), t.scales.clone()].into_iter().flatten().collect();
+        bufs.push(Bound::Buf(BufSlice::whole(xv)));
+        bufs.push(Bound::Buf(BufSlice::whole(out)));
+        enc.dispatch_bound(k, bytemuck::cast_slice(&params), bufs, [groups(t), 1, 1]);
+    }
+}
+
+/// Workgroups of a window's dispatch (as the GEMV's at one row).
+fn groups(t: &WeightTex) -> u32 {
+    t.rows.div_ceil(t.tn * t.wg)
+}
+
+/// The x buffer and a sums buffer a window.
+fn buffers(ks: &Kernels, w: &GpuWeight) -> (wgpu::Buffer, Vec<wgpu::Buffer>) {
+    let xv = ks.ctx.storage_buffer(bytemuck::cast_slice(&roof_x()), "dequant roof x");
+    let outs = w
+        .tex
+        .iter()
+        .map(|t| ks.scratch(u64::from(groups(t) * t.wg) * 4))
+        .collect();
+    (xv, outs)
+}
+
+/// Seconds one pass of the dequant roof over all of `w` takes, the median
+/// of `reps`-long submissions; `None` where `w` has no textures (see `kernel`).
+pub fn seconds(ks: &Kernels, w: &GpuWeight, reps: usize) -> Result<Option<f64>, GpuError> {
+    let Some(k) = kernel(ks, w)? else {
+        return Ok(None);
+    };
+    let (xv, outs) = buffers(ks, w);
+    time_reps(&ks.ctx, reps, |enc| {
+        record(enc, &k, w, &xv, &outs);
+        Ok(())
+    })
+    .map(Some)
+}
+
+/// What one pass writes, window by window: invocation `g·wg + l` (group g,
+/// lane l) holds Σ over its rows `g·tn·wg + l·tn + j` (j < tn, those of the
+/// window) of Σ_k W[row, k] · `roof_x()[k % 32]`, so a test can check that
+/// the roof reads and dequantises every weight once; `None` as `seconds`.
+pub fn lane_sums(ks: &Kernels, w: &GpuWeight) -> Result<Option<Vec<Vec<f32>>>, GpuError> {
+    let Some(k) = kernel(ks, w)? else {
+        return Ok(None);
+    };
+    let (xv, outs) = buffers(ks, w);
+    let mut enc = StepEncoder::new(&ks.ctx);
+    record(&mut enc, &k, w, &xv, &outs);
+    let reads: Vec<BufSlice> = outs.iter().map(BufSlice::whole).collect();
+    let read = enc.submit_and_read(&reads)?;
+    Ok(Some(read.iter().map(|b| bytemuck::pod_collect_to_vec(b)).collect()))
+}
