@@ -19,7 +19,8 @@ use std::convert::Infallible;
 
 use rand::{Rng, SeedableRng};
 use wllm::backend::Backend;
-use wllm::backend::wgsl::{GpuWeight, Kernels, Rows, dequant_roof, roofs};
+use wllm::backend::wgsl::dequant_roof::DequantRoof;
+use wllm::backend::wgsl::{GpuWeight, Kernels, Rows, roofs};
 use wllm::engine::RowTileChoice;
 use wllm::gpu::{GpuContext, GpuOptions};
 use wllm::quant::{self, WeightFormat};
@@ -92,6 +93,7 @@ fn main() {
             // The GEMV and its format's dequant roof on this weight (CPU
             // adapters' textures) in turn, three rounds, each the fastest
             // of its rounds: both under the same drift of a shared machine.
+            let roof = DequantRoof::new(&ks, &w).expect("dequant roof");
             let (mut dec, mut dq) = (f64::INFINITY, None::<f64>);
             for _ in 0..3 {
                 let s = roofs::time_reps(&ctx, reps, |enc| {
@@ -99,7 +101,8 @@ fn main() {
                 })
                 .expect("gemm");
                 dec = dec.min(s);
-                if let Some(r) = dequant_roof::seconds(&ks, &w, reps).expect("dequant roof") {
+                if let Some(roof) = &roof {
+                    let r = roof.seconds(reps).expect("dequant roof");
                     dq = Some(dq.map_or(r, |d| d.min(r)));
                 }
             }

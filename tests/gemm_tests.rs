@@ -327,11 +327,12 @@ fn dequant_roof_reads_and_dequantises_every_weight_once() {
     for (fi, format) in WeightFormat::ALL.into_iter().enumerate() {
         let (n, k) = (203, if format.block().0 == 256 { 768 } else { 160 });
         let (w, wc) = rand_weight(&mut rng(90 + fi as u64), format, n, k);
-        let Some(sums) = dequant_roof::lane_sums(ks, &w).unwrap() else {
+        let Some(roof) = dequant_roof::DequantRoof::new(ks, &w).unwrap() else {
             // Only adapters without weight textures (GPUs) have no roof.
             assert!(w.tex.is_empty(), "{format:?}: textures but no dequant roof");
             continue;
         };
+        let sums = roof.lane_sums().unwrap();
         for (t, got) in w.tex.iter().zip(&sums) {
             let (tn, wg) = (t.tn as usize, t.wg as usize);
             assert_eq!(got.len(), (t.rows as usize).div_ceil(tn * wg) * wg, "{format:?}");

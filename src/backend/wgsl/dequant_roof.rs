@@ -4,7 +4,8 @@
 //! the decode GEMV's texel walk and dequantisation, x in registers, no
 //! reduction order). A decode GEMV is bound by the lower of the read roof and
 //! this one; on CPU adapters the quantised formats' dequant roof is the lower,
-//! and `cargo bench --bench kernels` prints each GEMV's share of both.
+//! and `cargo bench --bench kernels` prints each GEMV's share of both
+//! (`DequantRoof`).
 
 use std::sync::Arc;
 
@@ -53,21 +54,18 @@ fn kernel(ks: &Kernels, w: &GpuWeight) -> Result<Option<Arc<Kernel>>, GpuError> 
 }
 
 /// x of one block (32 values: element k of every row is multiplied by
-/// `ROOF_X[k % 32]`): values that keep every sum finite and far from zero.
+/// `roof_x()[k % 32]`): values that keep every sum finite and far from zero.
 pub fn roof_x() -> [f32; 32] {
     std::array::from_fn(|i| 0.5 + i as f32 / 64.0)
 }
 
-/// The roof's dispatches over all of `w`, one a texture window, each writing
-/// its invocations' sums to its own `outs` buffer.
-fn record(enc: &mut StepEncoder, k: &Arc<Kernel>, w: &GpuWeight, xv: &wgpu::Buffer, outs: &[wgpu::Buffer]) {
-    let params = [w.chunks() as u32, 0, 0, 0];
-    for (t, out) in w.tex.iter().zip(outs) {
-        let mut bufs: Vec<Bound> = [Some(t.data.clone()), t.scales.clone()].into_iter().flatten().collect();
-        bufs.push(Bound::Buf(BufSlice::whole(xv)));
-        bufs.push(Bound::Buf(BufSlice::whole(out)));
-        enc.dispatch_bound(k, bytemuck::cast_slice(&params), bufs, [groups(t), 1, 1]);
-    }
+/// The roof of one weight: its kernel, x and a sums buffer a texture window.
+pub struct DequantRoof<'a> {
+    ks: &'a Kernels,
+    w: &'a GpuWeight,
+    kernel: Arc<Kernel>,
+    xv: wgpu::Buffer,
+    outs: Vec<wgpu::Buffer>,
 }
 
 /// Workgroups of a window's dispatch (as the GEMV's at one row).
@@ -75,43 +73,57 @@ fn groups(t: &WeightTex) -> u32 {
     t.rows.div_ceil(t.tn * t.wg)
 }
 
-/// The x buffer and a sums buffer a window.
-fn buffers(ks: &Kernels, w: &GpuWeight) -> (wgpu::Buffer, Vec<wgpu::Buffer>) {
-    let xv = ks.ctx.storage_buffer(bytemuck::cast_slice(&roof_x()), "dequant roof x");
-    let outs = w
-        .tex
-        .iter()
-        .map(|t| ks.scratch(u64::from(groups(t) * t.wg) * 4))
-        .collect();
-    (xv, outs)
-}
+impl<'a> DequantRoof<'a> {
+    /// The roof of `w`, compiled; `None` where it has no textures (GPU
+    /// adapters) or, for floats, K is not a multiple of 32.
+    pub fn new(ks: &'a Kernels, w: &'a GpuWeight) -> Result<Option<Self>, GpuError> {
+        let Some(kernel) = kernel(ks, w)? else {
+            return Ok(None);
+        };
+        let xv = ks.ctx.storage_buffer(bytemuck::cast_slice(&roof_x()), "dequant roof x");
+        let outs = w
+            .tex
+            .iter()
+            .map(|t| ks.scratch(u64::from(groups(t) * t.wg) * 4))
+            .collect();
+        Ok(Some(Self {
+            ks,
+            w,
+            kernel,
+            xv,
+            outs,
+        }))
+    }
 
-/// Seconds one pass of the dequant roof over all of `w` takes, the median
-/// of `reps`-long submissions; `None` where `w` has no textures (see `kernel`).
-pub fn seconds(ks: &Kernels, w: &GpuWeight, reps: usize) -> Result<Option<f64>, GpuError> {
-    let Some(k) = kernel(ks, w)? else {
-        return Ok(None);
-    };
-    let (xv, outs) = buffers(ks, w);
-    time_reps(&ks.ctx, reps, |enc| {
-        record(enc, &k, w, &xv, &outs);
-        Ok(())
-    })
-    .map(Some)
-}
+    /// One pass over all of the weight: a dispatch a texture window, each
+    /// writing its invocations' sums to its own buffer.
+    fn record(&self, enc: &mut StepEncoder) {
+        let params = [self.w.chunks() as u32, 0, 0, 0];
+        for (t, out) in self.w.tex.iter().zip(&self.outs) {
+            let mut bufs: Vec<Bound> = [Some(t.data.clone()), t.scales.clone()].into_iter().flatten().collect();
+            bufs.push(Bound::Buf(BufSlice::whole(&self.xv)));
+            bufs.push(Bound::Buf(BufSlice::whole(out)));
+            enc.dispatch_bound(&self.kernel, bytemuck::cast_slice(&params), bufs, [groups(t), 1, 1]);
+        }
+    }
 
-/// What one pass writes, window by window: invocation `g·wg + l` (group g,
-/// lane l) holds Σ over its rows `g·tn·wg + l·tn + j` (j < tn, those of the
-/// window) of Σ_k W[row, k] · `roof_x()[k % 32]`, so a test can check that
-/// the roof reads and dequantises every weight once; `None` as `seconds`.
-pub fn lane_sums(ks: &Kernels, w: &GpuWeight) -> Result<Option<Vec<Vec<f32>>>, GpuError> {
-    let Some(k) = kernel(ks, w)? else {
-        return Ok(None);
-    };
-    let (xv, outs) = buffers(ks, w);
-    let mut enc = StepEncoder::new(&ks.ctx);
-    record(&mut enc, &k, w, &xv, &outs);
-    let reads: Vec<BufSlice> = outs.iter().map(BufSlice::whole).collect();
-    let read = enc.submit_and_read(&reads)?;
-    Ok(Some(read.iter().map(|b| bytemuck::pod_collect_to_vec(b)).collect()))
+    /// Seconds one pass takes: the median of `reps`-long submissions.
+    pub fn seconds(&self, reps: usize) -> Result<f64, GpuError> {
+        time_reps(&self.ks.ctx, reps, |enc| {
+            self.record(enc);
+            Ok(())
+        })
+    }
+
+    /// What one pass writes, window by window: invocation `g·wg + l` (group
+    /// g, lane l) holds Σ over its rows `g·tn·wg + l·tn + j` (j < tn, those
+    /// of the window) of Σ_k W[row, k] · `roof_x()[k % 32]`, so a test can
+    /// check that the roof reads and dequantises every weight once.
+    pub fn lane_sums(&self) -> Result<Vec<Vec<f32>>, GpuError> {
+        let mut enc = StepEncoder::new(&self.ks.ctx);
+        self.record(&mut enc);
+        let reads: Vec<BufSlice> = self.outs.iter().map(BufSlice::whole).collect();
+        let read = enc.submit_and_read(&reads)?;
+        Ok(read.iter().map(|b| bytemuck::pod_collect_to_vec(b)).collect())
+    }
 }
