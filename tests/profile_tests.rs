@@ -62,7 +62,7 @@ fn profile_prints_a_row_per_kernel_against_the_roofs() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_wllm"))
         .args(["profile", "--model"])
         .arg(&path)
-        .args(["--batch", "2", "--context", "8", "--prefill", "16", "--reps", "1"])
+        .args(["--batch", "1,2", "--context", "8", "--prefill", "16", "--reps", "1"])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -79,6 +79,26 @@ fn profile_prints_a_row_per_kernel_against_the_roofs() {
         assert!(dispatches.is_some() && n == dispatches, "{title} / {launches:?}");
     }
     assert!(text.contains("### decode, batch 2, 8 tokens of context each"), "{text}");
+    // On CPU adapters (weights as textures), under the one-row step only: the
+    // model's matrices at the dequant roof against its gemms.
+    let roof_lines: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].starts_with("dequant roof ("))
+        .collect();
+    if kernels().ctx.cpu_textures() {
+        let b1 = lines.iter().position(|l| l.starts_with("### decode, batch 1,"));
+        let b2 = lines.iter().position(|l| l.starts_with("### decode, batch 2,"));
+        assert!(
+            roof_lines.len() == 1 && b1 < Some(roof_lines[0]) && Some(roof_lines[0]) < b2,
+            "{text}"
+        );
+        let layer_matrices = 4 + 3; // q, k, v, o and gate, up, down: this model fuses neither
+        assert!(
+            lines[roof_lines[0]].contains(&format!("over the model's {} matrices", 2 * layer_matrices + 1)),
+            "{text}"
+        );
+    } else {
+        assert!(roof_lines.is_empty(), "{text}");
+    }
     assert!(text.contains("### prefill chunk of 16 tokens"), "{text}");
     for kernel in ["gemm_", "paged_attention_", "rms_norm", "argmax", "embed_"] {
         assert!(text.contains(&format!("| {kernel}")), "no row for {kernel}:\n{text}");

@@ -9,12 +9,15 @@
 //! the steps run the tiles serving runs. Roofs are measured in the
 //! same run (`backend::wgsl::roofs`). Where the adapter offers timestamps inside
 //! passes they are not used yet: replaying each kernel alone works everywhere.
+//! Under a one-row decode step, on CPU adapters, the model's matrices through
+//! the dequant roof kernel (`DequantRoof`) against the step's gemms alone.
 
 use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
 use wllm::backend::OpenBackend;
+use wllm::backend::wgsl::dequant_roof::DequantRoof;
 use wllm::backend::wgsl::{Kernels, roofs};
 use wllm::engine::{ModelRunner, RowTileChoice, SeqChunk};
 use wllm::gpu::StepEncoder;
@@ -188,7 +191,7 @@ fn profile(
     title: &str,
     seqs: &Seqs,
     reps: usize,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<Row>> {
     let chunks = seq_chunks(seqs);
     // The whole step, recorded anew for each run as the engine does.
     let mut whole = Vec::new();
@@ -255,7 +258,8 @@ fn profile(
     let fma_roof = raised_roof(&rows, roofs.fma_gflops, |r| r.4, "reached", "GFLOP/s", "FMA", 1);
     println!("| kernel | dispatches | ms alone | % of step | GB/s | % read roof | GFLOP/s | % FMA roof |");
     println!("|---|---|---|---|---|---|---|---|");
-    for (name, n, secs, bytes, flops) in rows {
+    for (name, n, secs, bytes, flops) in &rows {
+        let (n, secs, bytes, flops) = (*n, *secs, *bytes, *flops);
         let gbs = bytes / secs / 1e9;
         let fl = if flops > 0.0 {
             let g = flops / secs / 1e9;
@@ -275,6 +279,33 @@ fn profile(
             100.0 * secs / step_s,
         );
     }
+    Ok(rows)
+}
+
+/// At one row: the model's matrices through `dequant_roof.wgsl` (each read
+/// and dequantised with nothing else to do, a dispatch a matrix as the
+/// gemms), against the step's gemms timed alone (`rows`). Printed where the
+/// adapter reads weights as textures (CPU adapters).
+fn dequant_roof_line(runner: &ModelRunner<Kernels>, rows: &[Row], reps: usize) -> anyhow::Result<()> {
+    let m = &runner.model;
+    let mut weights: Vec<_> = m.layers.iter().flat_map(|l| l.matrices()).collect();
+    weights.push(m.lm_head.as_ref().unwrap_or(&m.embed));
+    let mut roofs = Vec::new();
+    for w in &weights {
+        match DequantRoof::new(&runner.kernels, w)? {
+            Some(r) => roofs.push(r),
+            None => return Ok(()),
+        }
+    }
+    let roof_s = DequantRoof::seconds_of(&runner.kernels, &roofs, reps.max(1))?;
+    let gemm_s: f64 = rows.iter().filter(|r| r.0.starts_with("gemm_")).map(|r| r.2).sum();
+    println!(
+        "\ndequant roof (dequant_roof.wgsl over the model's {} matrices, a dispatch each as the gemms): {:.2} ms, against the gemms' {:.2} ms alone: the gemms at {:.0} % of it",
+        roofs.len(),
+        roof_s * 1e3,
+        gemm_s * 1e3,
+        100.0 * roof_s / gemm_s
+    );
     Ok(())
 }
 
@@ -327,7 +358,10 @@ pub fn run(a: &ProfileArgs) -> anyhow::Result<()> {
     }
     for &b in &a.batch {
         let title = format!("decode, batch {b}, {context} tokens of context each");
-        profile(&runner, &roofs, &title, &sequences(b.max(1), context, 1, bs), a.reps)?;
+        let rows = profile(&runner, &roofs, &title, &sequences(b.max(1), context, 1, bs), a.reps)?;
+        if b == 1 {
+            dequant_roof_line(&runner, &rows, a.reps)?;
+        }
     }
     if a.prefill > 0 {
         let title = format!("prefill chunk of {} tokens", a.prefill.min(max_len));

@@ -50,7 +50,8 @@ fn kernel(ks: &Kernels, w: &GpuWeight) -> Result<Option<Arc<Kernel>>, GpuError> 
         vec![Binding::LoadRgba32Uint, Binding::Read, Binding::ReadWrite]
     };
     let name = format!("dequant_roof_{format:?}_{}x{}", t.tn, t.wg);
-    Kernel::new(&ks.ctx.device, &name, &source, &storage, None).map(|k| Some(Arc::new(k)))
+    // (The device's store: compiled once a format however many weights.)
+    ks.store.kernel(&ks.ctx.device, &name, &source, &storage).map(Some)
 }
 
 /// x of one block (32 values: element k of every row is multiplied by
@@ -111,6 +112,16 @@ impl<'a> DequantRoof<'a> {
     pub fn seconds(&self, reps: usize) -> Result<f64, GpuError> {
         time_reps(&self.ks.ctx, reps, |enc| {
             self.record(enc);
+            Ok(())
+        })
+    }
+
+    /// Seconds one pass over each of `roofs` in turn takes (a dispatch a
+    /// texture window each, as a one-row step's gemms): the median of
+    /// `reps`-long submissions.
+    pub fn seconds_of(ks: &Kernels, roofs: &[DequantRoof], reps: usize) -> Result<f64, GpuError> {
+        time_reps(&ks.ctx, reps, |enc| {
+            roofs.iter().for_each(|r| r.record(enc));
             Ok(())
         })
     }
