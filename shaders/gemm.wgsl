@@ -308,22 +308,10 @@ var a{{ i }}_{{ j }} = 0.0;
    all live at once spilled). Each accumulator sees the same operations in the
    same order as before, so the bits are those of the reduction order above. #}
 {% set xname = "xq" if scaled else "x" %}
-{% if pairs %}
 {# Scale pairs: one scale fetch a column serves blocks bp and bp + 1 (the second guarded: odd block counts). #}
-for (var bp = 0u; bp < p.chunks; bp = bp + 2u) {
-  {% for j in range(tn) %}
-let dp{{ j }} = textureLoad(s_tex, vec2<u32>(wl + {{ j * wg }}u, wid.x * ((p.chunks + 1u) / 2u) + bp / 2u));
-  {% endfor %}
-{% else %}
-for (var bp = 0u; bp < p.chunks; bp = bp + 1u) {
-{% endif %}
+{{ weights.block_loop(pairs, tn, wg) -}}
 {% for half in range(2 if pairs else 1) %}
-{% if half == 1 %}
-if (bp + 1u < p.chunks) {
-{% else %}
-{
-{% endif %}
-let b = bp + {{ half }}u;
+{{ weights.block_step(half) -}}
   {% if with_min %}
     {% for i in range(tm) %}
 var xs{{ i }} = 0.0;
@@ -368,10 +356,8 @@ xs{{ i }} = 0.0;
   {% endfor %}
   {% for j in range(tn) %}
 {
-    {% if pairs %}
-{{ weights.load_block_tex_paired(format, j, wl ~ " + " ~ j * wg * parts ~ "u", wl ~ " + " ~ (j * wg * parts + 1) ~ "u", "wy + b", "dp" ~ j, half) -}}
-    {% elif w_tex %}
-{{ weights.load_block_tex(format, j, wl ~ " + " ~ j * wg * parts ~ "u", wl ~ " + " ~ (j * wg * parts + 1) ~ "u", "wy + b", "vec2<u32>(wl + " ~ j * wg ~ "u, wy + b)") -}}
+    {% if w_tex %}
+{{ weights.load_block_lanes(format, j, wl, wg, parts, pairs, half) -}}
     {% else %}
 {{ weights.load_block(format, j, "c" ~ j ~ " * p.chunks + b") -}}
     {% endif %}

@@ -146,6 +146,41 @@ let qa{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }})); let qb{{ j }} 
 let q{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }})); let d{{ j }} = {{ dp }}.{{ "xy"[half] }};
 {% endif %}
 {% endmacro %}
+{#
+  The walk over a lane's blocks in the lane-group texture layout, shared by
+  gemm.wgsl (w_tex) and bench/dequant_roof.wgsl, which must read as the gemm
+  does: `block_loop` opens the loop over block steps bp (with scale `pairs`
+  two blocks a step, each column's pair texel dp{j} fetched once);
+  `block_step(half)` opens block b = bp + half (the second of a pair guarded:
+  odd block counts); `load_block_lanes` loads column j's block at b and its
+  scale (`wl` the lane's texel column, `parts` texels a block). Each opening
+  is closed by the caller's `}`.
+#}
+{% macro block_loop(pairs, tn, wg) %}
+{% if pairs %}
+for (var bp = 0u; bp < p.chunks; bp = bp + 2u) {
+  {% for j in range(tn) %}
+let dp{{ j }} = textureLoad(s_tex, vec2<u32>(wl + {{ j * wg }}u, wid.x * ((p.chunks + 1u) / 2u) + bp / 2u));
+  {% endfor %}
+{% else %}
+for (var bp = 0u; bp < p.chunks; bp = bp + 1u) {
+{% endif %}
+{% endmacro %}
+{% macro block_step(half) %}
+{% if half == 1 %}
+if (bp + 1u < p.chunks) {
+{% else %}
+{
+{% endif %}
+let b = bp + {{ half }}u;
+{% endmacro %}
+{% macro load_block_lanes(format, j, wl, wg, parts, pairs, half) %}
+{% if pairs %}
+{{ load_block_tex_paired(format, j, wl ~ " + " ~ j * wg * parts ~ "u", wl ~ " + " ~ (j * wg * parts + 1) ~ "u", "wy + b", "dp" ~ j, half) -}}
+{% else %}
+{{ load_block_tex(format, j, wl ~ " + " ~ j * wg * parts ~ "u", wl ~ " + " ~ (j * wg * parts + 1) ~ "u", "wy + b", "vec2<u32>(wl + " ~ j * wg ~ "u, wy + b)") -}}
+{% endif %}
+{% endmacro %}
 {% macro load_block(format, j, blk) %}
 {% if format == "Q8_0" or format == "Q8_16" %}
 let qa{{ j }} = w[2u * ({{ blk }})]; let qb{{ j }} = w[2u * ({{ blk }}) + 1u]; let d{{ j }} = scales[{{ blk }}];

@@ -2,9 +2,10 @@
 // fast this adapter reads a weight in the gemm's texture layout and widens it
 // into f32 multiply-adds when nothing else is asked of the kernel.
 //
-// The loop walks the weight's texels exactly as the decode GEMV does
-// (gemm.wgsl with w_tex, one row: workgroup g, lane l, block by block, TN
-// columns a lane, in the lane-group layout of src/backend/wgsl/weight.rs) and
+// The loop walks the weight's texels exactly as the decode GEMV does (the
+// same weights.wgsl macros as gemm.wgsl with w_tex, one row: workgroup g,
+// lane l, block by block, TN columns a lane, in the lane-group layout of
+// src/backend/wgsl/weight.rs) and
 // dequantises with the same helpers (weights.wgsl, x pre-scaled where the
 // GEMV pre-scales it). What it leaves out is all the GEMV does besides: x is
 // four F8 loaded once into registers (no x texel fetch or broadcast a block),
@@ -56,28 +57,12 @@ let xsum = xlo + xhi;
 var a{{ j }} = 0.0;
 {% endfor %}
 {% if quantized %}
-{% if pairs %}
-for (var bp = 0u; bp < p.chunks; bp = bp + 2u) {
-  {% for j in range(tn) %}
-let dp{{ j }} = textureLoad(s_tex, vec2<u32>(wl + {{ j * wg }}u, wid.x * ((p.chunks + 1u) / 2u) + bp / 2u));
-  {% endfor %}
-{% else %}
-for (var bp = 0u; bp < p.chunks; bp = bp + 1u) {
-{% endif %}
+{{ weights.block_loop(pairs, tn, wg) -}}
 {% for half in range(2 if pairs else 1) %}
-{% if half == 1 %}
-if (bp + 1u < p.chunks) {
-{% else %}
-{
-{% endif %}
-let b = bp + {{ half }}u;
+{{ weights.block_step(half) -}}
   {% for j in range(tn) %}
 {
-    {% if pairs %}
-{{ weights.load_block_tex_paired(format, j, wl ~ " + " ~ j * wg * parts ~ "u", wl ~ " + " ~ (j * wg * parts + 1) ~ "u", "wy + b", "dp" ~ j, half) -}}
-    {% else %}
-{{ weights.load_block_tex(format, j, wl ~ " + " ~ j * wg * parts ~ "u", wl ~ " + " ~ (j * wg * parts + 1) ~ "u", "wy + b", "vec2<u32>(wl + " ~ j * wg ~ "u, wy + b)") -}}
-    {% endif %}
+{{ weights.load_block_lanes(format, j, wl, wg, parts, pairs, half) -}}
     {% for sub in range(4) %}
 let w_{{ sub }} = {{ weights.dq_sub_scaled(format, j, sub) if scaled else weights.dq_sub(format, j, sub) }};
 var s_{{ sub }} = {{ xname }}{{ sub }}.a.x * w_{{ sub }}.a.x;

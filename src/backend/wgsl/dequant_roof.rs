@@ -110,10 +110,7 @@ impl<'a> DequantRoof<'a> {
 
     /// Seconds one pass takes: the median of `reps`-long submissions.
     pub fn seconds(&self, reps: usize) -> Result<f64, GpuError> {
-        time_reps(&self.ks.ctx, reps, |enc| {
-            self.record(enc);
-            Ok(())
-        })
+        Self::seconds_of(self.ks, std::slice::from_ref(self), reps)
     }
 
     /// Seconds one pass over each of `roofs` in turn takes (a dispatch a
