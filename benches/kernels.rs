@@ -1,5 +1,6 @@
 //! Kernel benchmarks on the real adapter: the roofs (best read kernel, FMA),
-//! decode GEMV GB/s and weights/s for the default model's shapes in every
+//! decode GEMV GB/s and weights/s for the default model's matrices as the
+//! engine runs them (qkv stacked, gate·up interleaved) in every
 //! weight type a file may hold (K-quants only where K is a multiple of 256;
 //! GB/s counts the bytes of the GPU layout the type is repacked into, which is
 //! what the kernel reads), and prefill GEMM GFLOP/s at T = 128, each as % of
@@ -8,8 +9,8 @@
 //! dequant roof on the same weight (CPU adapters: `dequant_roof.wgsl` walks
 //! and dequantises the same texels with x in registers and no reduction
 //! order), the most a GEMV of f32 math on that format can reach here, and
-//! the GEMV's share of it: the two are timed in turn, three rounds, and each
-//! keeps its fastest. A dequant roof kernel that reads faster than the read
+//! the GEMV's share of it: the GEMV, the roof and the prefill are timed in
+//! turn, three rounds, and each keeps its fastest. A dequant roof kernel that reads faster than the read
 //! kernels raises the read roof, as a GEMV does. `WLLM_BENCH_FORMATS` (e.g.
 //! `Q4_1,F16`) and `WLLM_BENCH_SHAPES` (`quick`, or `576x49152,1536x576`)
 //! narrow the run.
@@ -62,7 +63,10 @@ fn main() {
         Some("quick") => vec![(576, 1536)],
         // Or a list of K x N shapes: "576x49152,1536x576".
         Some(list) => list.split(',').map(shape).collect(),
-        None => vec![(576, 1536), (576, 192), (1536, 576), (576, 49152)],
+        // The default model's matrices as the engine runs them: q, k and v
+        // stacked (one gemm with the rope epilogue), o, gate and up
+        // interleaved (one gemm with silu·mul), down, the output head.
+        None => vec![(576, 960), (576, 576), (576, 3072), (1536, 576), (576, 49152)],
     };
     // WLLM_BENCH_DECODE_REPS: decode dispatches a measurement, and no
     // prefill (a long decode run to sample, as scripts/jit-mix.sh does).
@@ -90,9 +94,33 @@ fn main() {
             let x = buffer(&ks, 128 * k * 4);
             let y = buffer(&ks, 128 * n * 4);
             let reps = decode_reps.unwrap_or(if n > 10000 { 5 } else { 30 });
-            // The GEMV and its format's dequant roof on this weight (CPU
-            // adapters' textures) in turn, three rounds, each the fastest
-            // of its rounds: both under the same drift of a shared machine.
+            // The prefill in the row tile the engine's warm-up would choose
+            // (`RowTileChoice::time_caps`: each cap timed twice in turn, the
+            // fastest kept; every tile gives the same bits), or the tiles'
+            // own where there is no choice (one cap, or tiles given). No
+            // prefill with WLLM_BENCH_DECODE_REPS.
+            let prefill_s = || {
+                roofs::time_reps(&ctx, 2.max(reps / 10), |enc| {
+                    ks.gemm(enc, &w, Rows::new(&x, k), Rows::new(&y, n), 128)
+                })
+                .expect("gemm")
+            };
+            let (mut pre, mut tile) = (f64::INFINITY, 0);
+            if decode_reps.is_none() {
+                let caps = ks.row_tile_caps(format);
+                let (_, choice) = RowTileChoice::time_caps(&caps, 128, |cap| {
+                    ks.set_row_tile_cap(cap);
+                    Ok::<_, Infallible>(Some(prefill_s() * 1e3))
+                })
+                .unwrap_or_else(|e| match e {});
+                ks.set_row_tile_cap(choice.as_ref().map_or(u32::MAX, |c| c.cap));
+                pre = choice.as_ref().map_or(f64::INFINITY, |c| c.chosen_ms() / 1e3);
+                tile = ks.row_tile(&w, 128);
+            }
+            // Then the GEMV, its format's dequant roof on this weight (CPU
+            // adapters' textures) and the prefill in that tile in turn, three
+            // rounds, each the fastest of its rounds: all under the same
+            // drift of a shared machine, as the roofs are the best of theirs.
             let roof = DequantRoof::new(&ks, &w).expect("dequant roof");
             let (mut dec, mut dq) = (f64::INFINITY, None::<f64>);
             for _ in 0..3 {
@@ -105,33 +133,11 @@ fn main() {
                     let r = roof.seconds(reps).expect("dequant roof");
                     dq = Some(dq.map_or(r, |d| d.min(r)));
                 }
+                if decode_reps.is_none() {
+                    pre = pre.min(prefill_s());
+                }
             }
-            // The prefill in the row tile the engine's warm-up would choose
-            // (`RowTileChoice::time_caps`: each cap timed twice in turn, the
-            // fastest kept; every tile gives the same bits), or the tiles'
-            // own where there is no choice (one cap, or tiles given). No
-            // prefill with WLLM_BENCH_DECODE_REPS.
-            let prefill_s = || {
-                roofs::time_reps(&ctx, 2.max(reps / 10), |enc| {
-                    ks.gemm(enc, &w, Rows::new(&x, k), Rows::new(&y, n), 128)
-                })
-                .expect("gemm")
-            };
-            let (pre, tile) = if decode_reps.is_some() {
-                (f64::INFINITY, 0)
-            } else {
-                let caps = ks.row_tile_caps(format);
-                let (_, choice) = RowTileChoice::time_caps(&caps, 128, |cap| {
-                    ks.set_row_tile_cap(cap);
-                    Ok::<_, Infallible>(Some(prefill_s() * 1e3))
-                })
-                .unwrap_or_else(|e| match e {});
-                ks.set_row_tile_cap(choice.as_ref().map_or(u32::MAX, |c| c.cap));
-                let pre = choice.as_ref().map_or_else(prefill_s, |c| c.chosen_ms() / 1e3);
-                let tile = ks.row_tile(&w, 128);
-                ks.set_row_tile_cap(u32::MAX);
-                (pre, tile)
-            };
+            ks.set_row_tile_cap(u32::MAX);
             let gbs = layout_bytes as f64 / dec / 1e9;
             let weights = (n * k) as f64 / dec / 1e9;
             let gflops = 2.0 * 128.0 * (n * k) as f64 / pre / 1e9;
