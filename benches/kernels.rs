@@ -13,8 +13,14 @@
 //! turn, three rounds, and each keeps its fastest. A dequant roof kernel that reads faster than the read
 //! kernels raises the read roof, as a GEMV does. `WLLM_BENCH_FORMATS` (e.g.
 //! `Q4_1,F16`) and `WLLM_BENCH_SHAPES` (`quick`, or `576x49152,1536x576`)
-//! narrow the run.
+//! narrow the run. Then `paged_attention` with the default model's heads
+//! (`kernels/attention.rs`): one-row decodes at 128, 1024 and 4096 tokens of
+//! context and a 512-token prefill chunk, GB/s and GFLOP/s against the same
+//! roofs.
 //! Run with `cargo bench --bench kernels`.
+
+#[path = "kernels/attention.rs"]
+mod attention;
 
 use std::convert::Infallible;
 
@@ -145,6 +151,11 @@ fn main() {
             rows.push((format, k, n, gbs, weights, gflops, tile, layout_bytes, dq_weights));
         }
     }
+    let attention_rows = if decode_reps.is_none() {
+        attention::measure(&ks)
+    } else {
+        Vec::new()
+    };
     // The roofs again at the end (a shared machine's speed drifts over the
     // run): each roof is the better of its two measurements.
     let again = roofs::measure(&ks).expect("roofs");
@@ -201,6 +212,22 @@ fn main() {
             100.0 * at_roof / (at_roof + launch),
             100.0 * gflops / fma_roof
         );
+    }
+    if !attention_rows.is_empty() {
+        println!(
+            "\n| paged attention (9 query heads, 3 KV heads of 64, blocks of 16) | ms | GB/s | % read roof | GFLOP/s | % FMA roof |"
+        );
+        println!("|---|---|---|---|---|---|");
+        for r in attention_rows {
+            let (gbs, gflops) = (r.bytes / r.secs / 1e9, r.flops / r.secs / 1e9);
+            println!(
+                "| {} | {:.3} | {gbs:.2} | {:.0} % | {gflops:.1} | {:.0} % |",
+                r.what,
+                r.secs * 1e3,
+                100.0 * gbs / read_roof,
+                100.0 * gflops / fma_roof
+            );
+        }
     }
 }
 
