@@ -92,8 +92,7 @@ struct Params {
 {% set with_min = format == "Q4_1" or format == "Q8_16" %}
 {# Q4 and Q8_0 from textures (CPU adapters): x pre-scaled, nibbles and bytes masked in place (weights.wgsl). #}
 {% set scaled = w_tex and format in ["Q4_0", "Q4_1", "Q8_0"] %}
-{# Q8_0 scale textures hold two blocks a texel (src/backend/wgsl/weight.rs, scale_pairs). #}
-{% set pairs = w_tex and format in ["Q8_0"] %}
+{# `pairs` (from gemm.rs, weight::scale_pairs): scale textures of two blocks a texel. #}
 {# Texels a weight unit takes (Q8 blocks and f32 chunks two, side by side in the lane-group layout). #}
 {% set parts = 2 if format in ["Q8_0", "Q8_16", "F32"] else 1 %}
 {% set wl = "wl * 2u" if parts == 2 else "wl" %}

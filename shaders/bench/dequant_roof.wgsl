@@ -31,7 +31,7 @@ struct Params {
 {% import "weights.wgsl" as weights %}
 {% set lanes = ["a.x", "a.y", "a.z", "a.w", "b.x", "b.y", "b.z", "b.w"] %}
 {% set scaled = format in ["Q4_0", "Q4_1", "Q8_0"] %}
-{% set pairs = format == "Q8_0" %}
+{# `pairs` (from dequant_roof.rs, weight::scale_pairs), as the gemm's. #}
 {% set parts = 2 if format in ["Q8_0", "Q8_16", "F32"] else 1 %}
 {% set wl = "wl * 2u" if parts == 2 else "wl" %}
 {% set first = 3 if quantized else 2 %}

@@ -13,7 +13,7 @@ use minijinja::context;
 
 use super::roofs::time_reps;
 use super::templates::render;
-use super::weight::{WeightTex, scale_binding};
+use super::weight::{WeightTex, scale_binding, scale_pairs};
 use super::{GpuWeight, Kernels};
 use crate::gpu::{Binding, Bound, BufSlice, GpuError, Kernel, StepEncoder};
 
@@ -37,6 +37,7 @@ fn kernel(ks: &Kernels, w: &GpuWeight) -> Result<Option<Arc<Kernel>>, GpuError> 
             tn => t.tn,
             wg => t.wg,
             scale_texel => scale_binding(format).wgsl_texel(),
+            pairs => scale_pairs(format),
         },
     )?;
     let storage: Vec<Binding> = if q {

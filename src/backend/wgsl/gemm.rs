@@ -89,6 +89,9 @@ pub fn source(v: GemmVariant) -> Result<String, GpuError> {
             norm => v.norm,
             residual => v.residual,
             scale_texel => super::weight::scale_binding(v.format).wgsl_texel(),
+            // Scale textures of two blocks a texel (`weight::scale_pairs`):
+            // the block loop steps two blocks, one scale fetch a column.
+            pairs => v.w_tex && super::weight::scale_pairs(v.format),
             slots_per_layer => super::kv_tex::SLOTS_PER_LAYER,
         },
     )
