@@ -12,7 +12,7 @@ struct Params {
     block_size: u32,
     max_blocks: u32,
     scale: f32,
-    _p0: u32,
+    touch_sink: u32, // always 0 (paged_attention_blocked.wgsl: touch loads)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;

@@ -16,6 +16,16 @@
 //   into its own q's accumulators (GEMM-like: three FMAs a broadcast). Tiles
 //   of mixed sequences run their tokens one after the other as decodes.
 //
+// Touch loads (decode): a block's keys are rows scattered over the cache, and
+// its loop is long enough (thousands of instructions a block on llvmpipe)
+// that a CPU's out-of-order window sees only a few of its rows' lines miss at
+// once. So each block first loads one texel of every cache line (64 bytes,
+// four texels) of the next block's K and V rows, whose misses then overlap
+// the block's work, and the block after finds its rows in cache: 0.49 ->
+// 0.31 ms a layer at 1024 tokens of context (kernel bench, lavapipe). The
+// touched values sum into `sink`, stored only where p.touch_sink is 1 (it is
+// always 0), so the compiler keeps the loads; results are unchanged.
+//
 // Reduction order (batch invariance) of a token with n keys, per head: blocks
 // b = 0 .. ceil(n / W) - 1 in order; in block b key j = bW + jj (jj = 0..W-1)
 // has score sc_j = (fma chain of q·k over d in increasing order) · scale, or
@@ -62,10 +72,16 @@ var a{{ gi }}_{{ c }} = vec4<f32>(0.0);
 let ti{{ c }} = min({{ c * w }}u + l, D4 - 1u);
 {% endfor %}
 let nb = (n + W - 1u) / W;
+// Touch loads: the next block's lines, a texel each (header).
+var sink = vec4<f32>(0.0);
+var slot_next = slot_of(table, min(l, n - 1u));
 for (var b = 0u; b < nb; b = b + 1u) {
 let j = b * W + l;
 let live = j < n;
-let slot = slot_of(table, min(j, n - 1u));
+let slot = slot_next;
+slot_next = slot_of(table, min(j + W, n - 1u));
+sink = sink + k_at(slot_next, kvh, 0u) + k_at(slot_next, kvh, 4u) + k_at(slot_next, kvh, 8u) + k_at(slot_next, kvh, 12u)
+  + v_at(slot_next, kvh, 0u) + v_at(slot_next, kvh, 4u) + v_at(slot_next, kvh, 8u) + v_at(slot_next, kvh, 12u);
 {% for i in range(d4) %}
 let k{{ i }} = k_at(slot, kvh, {{ i }}u);
 {% endfor %}
@@ -103,6 +119,7 @@ a{{ gi }}_{{ c }} = fma(vec4<f32>(p{{ gi }}), v{{ c }}, a{{ gi }}_{{ c }});
 }
 {% endfor %}
 }
+if (p.touch_sink == 1u) { out[0] = sink.x + sink.y + sink.z + sink.w; }
 {% for gi in range(g) %}
   {% for c in range(dl) %}
 if ({{ c * w }}u + l < D4) {

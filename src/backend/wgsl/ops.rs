@@ -31,7 +31,8 @@ struct AttentionParams {
     block_size: u32,
     max_blocks: u32,
     scale: f32,
-    pad: u32,
+    /// Always 0: paged_attention_blocked.wgsl stores its touch loads' sum only where this is 1.
+    touch_sink: u32,
 }
 
 #[repr(C)]
@@ -475,7 +476,7 @@ impl Backend for Kernels {
             block_size: kv.block_size,
             max_blocks: kv.max_blocks,
             scale: 1.0 / (kv.head_dim as f32).sqrt(),
-            pad: 0,
+            touch_sink: 0,
         };
         let [k_cache, v_cache] = kv_bound;
         let bufs = vec![
