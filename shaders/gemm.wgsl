@@ -54,11 +54,15 @@
 //   gid.x*TN (r0 > 0: the rows left after a pass of larger tiles).
 // Reduction order (batch invariance): every output element is one f32
 //   accumulator updated with fma in increasing k — floats: acc = fma(x_k, w_k, acc)
-//   for k = 0..Kp (zero padding past K); quantised: per block b in order,
-//   s = fma(x_j, q_j, s) for j = 0..31 from s = 0, then acc = fma(d, s, acc)
+//   for k = 0..Kp (zero padding past K); quantised: per block b in order, the
+//   four sub-blocks' sums c_s = fma(x_j, q_j, c_s) for j = 8s..8s+7 from
+//   c_s = 0, s = (c_0 + c_1) + (c_2 + c_3), then acc = fma(d, s, acc)
 //   (Q4_1 then acc = fma(m, Σx_j, acc), Σx_j summed left to right); Q8_16 does
-//   the same per half of 16 (d0, m0 after j = 15, s and Σx from 0 again, then
-//   d1, m1 after j = 31). The order is
+//   the same per half of 16 (s = c_0 + c_1 and d0, m0, then Σx from 0 again,
+//   s = c_2 + c_3 and d1, m1). Four chains, where one chain over 32 held a
+//   lane's adds in line on CPU adapters (kernel bench, lavapipe, decode: Q4_1
+//   576→49152 16.7-16.9 -> 19.6-19.8 G weights/s, 576→3072 9.7-10.4 ->
+//   11.1-11.6; Q8_0 576→49152 15.1 -> 16.0). The order is
 //   the same for every tile shape, so the decode (TM = 1) and prefill (TM > 1)
 //   variants give the same bits for a row whatever T and the other rows are.
 
@@ -366,9 +370,15 @@ var s{{ i }} = 0.0;
     {% for sub in range(4) %}
 let w_{{ sub }} = {{ weights.dq_sub_scaled(format, j, sub) if scaled else weights.dq_sub(format, j, sub) }};
       {% for i in range(tm) %}
+var c{{ i }}_{{ sub }} = 0.0;
         {% for l in lanes %}
-s{{ i }} = fma({{ xname }}{{ i }}_{{ sub }}.{{ l }}, w_{{ sub }}.{{ l }}, s{{ i }});
+c{{ i }}_{{ sub }} = fma({{ xname }}{{ i }}_{{ sub }}.{{ l }}, w_{{ sub }}.{{ l }}, c{{ i }}_{{ sub }});
         {% endfor %}
+        {% if sub == 1 or (sub == 3 and format == "Q8_16") %}
+s{{ i }} = c{{ i }}_{{ sub - 1 }} + c{{ i }}_{{ sub }};
+        {% elif sub == 3 %}
+s{{ i }} = s{{ i }} + (c{{ i }}_2 + c{{ i }}_3);
+        {% endif %}
       {% endfor %}
       {% if format == "Q8_16" and sub == 1 %}
 {# First half: its scale and min, then s restarts for the second. #}

@@ -9,8 +9,8 @@
 // dequantises with the same helpers (weights.wgsl, x pre-scaled where the
 // GEMV pre-scales it). What it leaves out is all the GEMV does besides: x is
 // four F8 loaded once into registers (no x texel fetch or broadcast a block),
-// and there is no reduction order: a block's four sub-block sums are
-// independent chains. So it is what a decode GEMV of f32 math on the format
+// and a block's four sub-block chains (the gemm's, gemm.wgsl) are summed in
+// no set order. So it is what a decode GEMV of f32 math on the format
 // can reach at best on this adapter; the bench prints each GEMV's share of it.
 //
 // Bindings: 0 p: Params; 1 w_tex (2 s_tex: quantised formats) as the gemm's;
