@@ -85,13 +85,18 @@ sink = sink + k_at(slot_next, kvh, 0u) + k_at(slot_next, kvh, 4u) + k_at(slot_ne
 {% for i in range(d4) %}
 let k{{ i }} = k_at(slot, kvh, {{ i }}u);
 {% endfor %}
+{# The heads' chains interleaved (each in its own order): independent adds side by side. #}
 {% for gi in range(g) %}
 var dot{{ gi }} = 0.0;
-  {% for i in range(d4) %}
-    {% for cc in ["x", "y", "z", "w"] %}
+{% endfor %}
+{% for i in range(d4) %}
+  {% for cc in ["x", "y", "z", "w"] %}
+    {% for gi in range(g) %}
 dot{{ gi }} = fma(q{{ gi }}_{{ i }}.{{ cc }}, k{{ i }}.{{ cc }}, dot{{ gi }});
     {% endfor %}
   {% endfor %}
+{% endfor %}
+{% for gi in range(g) %}
 let sc{{ gi }} = select(NEG, dot{{ gi }} * p.scale, live);
 let mn{{ gi }} = max(m{{ gi }}, subgroupMax(sc{{ gi }}));
 let corr{{ gi }} = exp(m{{ gi }} - mn{{ gi }});
