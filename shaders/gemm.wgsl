@@ -311,9 +311,14 @@ var a{{ i }}_{{ j }} = 0.0;
    all live at once spilled). Each accumulator sees the same operations in the
    same order as before, so the bits are those of the reduction order above. #}
 {% set xname = "xq" if scaled else "x" %}
-{# Scale pairs: one scale fetch a column serves blocks bp and bp + 1 (the second guarded: odd block counts). #}
-{{ weights.block_loop(pairs, tn, wg) -}}
-{% for half in range(2 if pairs else 1) %}
+{# Scale pairs: in a decode tile one scale fetch a column serves blocks bp and bp + 1 (the second guarded:
+   odd block counts); batched tiles step one block at a time, each fetching its pair texel: their
+   unrolled body, TM rows of every column, twice over and split by the guard, ran 17-22 % slower
+   (kernel bench, Q8_0 prefill, interleaved twice: 576→49152 59.6/60.5 -> 72.3/69.1 GFLOP/s, 576→960
+   55.9/57.6 -> 68.5/69.4), while the decode lost 5-10 % without the pair step (576→49152). #}
+{% set pair_steps = pairs and tm == 1 %}
+{{ weights.block_loop(pair_steps, tn, wg) -}}
+{% for half in range(2 if pair_steps else 1) %}
 {{ weights.block_step(half) -}}
   {% if with_min %}
     {% for i in range(tm) %}
@@ -360,7 +365,7 @@ xs{{ i }} = 0.0;
   {% for j in range(tn) %}
 {
     {% if w_tex %}
-{{ weights.load_block_lanes(format, j, wl, wg, parts, pairs, half) -}}
+{{ weights.load_block_lanes(format, j, wl, wg, parts, pairs, half, pair_steps) -}}
     {% else %}
 {{ weights.load_block(format, j, "c" ~ j ~ " * p.chunks + b") -}}
     {% endif %}

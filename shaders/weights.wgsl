@@ -137,13 +137,15 @@ let q{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }})); let d{{ j }} = 
 {#
   `load_block_tex` where a scale texel holds two blocks (Q8_0):
   the block's data, and its scale from the texel `dp` already fetched, the
-  first (`half` 0) or second block of the pair.
+  first (`half` 0) or second block of the pair, or (`half` -1) the one block
+  b's parity picks.
 #}
 {% macro load_block_tex_paired(format, j, x0, x1, y, dp, half) %}
+{% set d = dp ~ "." ~ "xy"[half] if half >= 0 else "select(" ~ dp ~ ".x, " ~ dp ~ ".y, (b & 1u) == 1u)" %}
 {% if format == "Q8_0" %}
-let qa{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }})); let qb{{ j }} = textureLoad(w_tex, vec2<u32>({{ x1 }}, {{ y }})); let d{{ j }} = {{ dp }}.{{ "xy"[half] }};
+let qa{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }})); let qb{{ j }} = textureLoad(w_tex, vec2<u32>({{ x1 }}, {{ y }})); let d{{ j }} = {{ d }};
 {% else %}
-let q{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }})); let d{{ j }} = {{ dp }}.{{ "xy"[half] }};
+let q{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }})); let d{{ j }} = {{ d }};
 {% endif %}
 {% endmacro %}
 {#
@@ -154,7 +156,10 @@ let q{{ j }} = textureLoad(w_tex, vec2<u32>({{ x0 }}, {{ y }})); let d{{ j }} = 
   `block_step(half)` opens block b = bp + half (the second of a pair guarded:
   odd block counts); `load_block_lanes` loads column j's block at b and its
   scale (`wl` the lane's texel column, `parts` texels a block). Each opening
-  is closed by the caller's `}`.
+  is closed by the caller's `}`. With pairs but not `pair_steps` (the gemm's
+  batched tiles), the loop steps one block at a time and each block fetches
+  its pair texel, taking x or y by parity (`half` -1 in
+  `load_block_tex_paired`).
 #}
 {% macro block_loop(pairs, tn, wg) %}
 {% if pairs %}
@@ -174,9 +179,13 @@ if (bp + 1u < p.chunks) {
 {% endif %}
 let b = bp + {{ half }}u;
 {% endmacro %}
-{% macro load_block_lanes(format, j, wl, wg, parts, pairs, half) %}
-{% if pairs %}
+{% macro load_block_lanes(format, j, wl, wg, parts, pairs, half, pair_steps=true) %}
+{% if pairs and pair_steps %}
 {{ load_block_tex_paired(format, j, wl ~ " + " ~ j * wg * parts ~ "u", wl ~ " + " ~ (j * wg * parts + 1) ~ "u", "wy + b", "dp" ~ j, half) -}}
+{% elif pairs %}
+{# One block a step over pair texels: block b's scale is its texel's x (b even) or y. #}
+let dp{{ j }} = textureLoad(s_tex, vec2<u32>(wl + {{ j * wg }}u, wid.x * ((p.chunks + 1u) / 2u) + b / 2u));
+{{ load_block_tex_paired(format, j, wl ~ " + " ~ j * wg * parts ~ "u", wl ~ " + " ~ (j * wg * parts + 1) ~ "u", "wy + b", "dp" ~ j, -1) -}}
 {% else %}
 {{ load_block_tex(format, j, wl ~ " + " ~ j * wg * parts ~ "u", wl ~ " + " ~ (j * wg * parts + 1) ~ "u", "wy + b", "vec2<u32>(wl + " ~ j * wg ~ "u, wy + b)") -}}
 {% endif %}
