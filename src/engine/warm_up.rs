@@ -123,7 +123,8 @@ impl LlmEngine {
     /// that many one-token sequences where the sequence cap and the pool allow
     /// (the LM head then runs on as many rows), else as one sequence of that
     /// many tokens. The KV rows written are in free blocks, which no request
-    /// reads before rewriting them. Then it runs those steps again, timed,
+    /// reads before rewriting them. Then it runs those steps again, timed
+    /// (each size's faster run of the two counts),
     /// and (where no cap was timed) 64 tokens of one sequence, to seed the step cost
     /// `StepBudget` fits with them and the 64-token time (so the first burst
     /// of requests already gets stall-free steps), and last one step in the
@@ -140,15 +141,18 @@ impl LlmEngine {
         let (tuning_steps, tuned_ms) = self.choose_row_tile()?;
         let mut steps = tuning_steps;
         let sizes = [1usize, 4, 8, 16, 32];
-        for &n in &sizes {
-            if self.warm_step(n, false)?.is_none() {
-                break;
-            }
-            steps += 1;
-        }
+        let mut first = Vec::with_capacity(sizes.len());
         for &n in &sizes {
             let Some(ms) = self.warm_step(n, false)? else { break };
-            self.budget.cost.observe(n, ms);
+            first.push(ms);
+            steps += 1;
+        }
+        // Each size's faster run seeds the cost: a step of a few ms that a
+        // busy machine delayed once (a test suite beside it) tilted the fit's
+        // slope below zero, which leaves the cost unseeded.
+        for (&n, &ms0) in sizes.iter().zip(&first) {
+            let Some(ms) = self.warm_step(n, false)? else { break };
+            self.budget.cost.observe(n, ms.min(ms0));
             steps += 1;
         }
         // The chunk-sized step: timed already under the chosen row tile where
