@@ -386,9 +386,9 @@ s{{ i }} = s{{ i }} + (c{{ i }}_2 + c{{ i }}_3);
         {% endif %}
       {% endfor %}
       {% if format == "Q8_16" and sub == 1 %}
-{# First half: its scale and min, then s restarts for the second. #}
+{# First half: its scale and min (s is set anew from the second half's chains). #}
         {% for i in range(tm) %}
-a{{ i }}_{{ j }} = fma(d{{ j }}.x, s{{ i }}, a{{ i }}_{{ j }}); a{{ i }}_{{ j }} = fma(d{{ j }}.y, xs_lo{{ i }}, a{{ i }}_{{ j }}); s{{ i }} = 0.0;
+a{{ i }}_{{ j }} = fma(d{{ j }}.x, s{{ i }}, a{{ i }}_{{ j }}); a{{ i }}_{{ j }} = fma(d{{ j }}.y, xs_lo{{ i }}, a{{ i }}_{{ j }});
         {% endfor %}
       {% endif %}
     {% endfor %}

@@ -80,8 +80,9 @@ let j = b * W + l;
 let live = j < n;
 let slot = slot_next;
 slot_next = slot_of(table, min(j + W, n - 1u));
-sink = sink + k_at(slot_next, kvh, 0u) + k_at(slot_next, kvh, 4u) + k_at(slot_next, kvh, 8u) + k_at(slot_next, kvh, 12u)
-  + v_at(slot_next, kvh, 0u) + v_at(slot_next, kvh, 4u) + v_at(slot_next, kvh, 8u) + v_at(slot_next, kvh, 12u);
+{% for i in range(0, d4, 4) %}
+sink = sink + k_at(slot_next, kvh, {{ i }}u) + v_at(slot_next, kvh, {{ i }}u);
+{% endfor %}
 {% for i in range(d4) %}
 let k{{ i }} = k_at(slot, kvh, {{ i }}u);
 {% endfor %}
