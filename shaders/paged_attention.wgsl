@@ -22,7 +22,9 @@
 //   (head group, QT consecutive tokens). Tokens of one sequence share each K/V
 //   row the workgroup loads (prefill chunks load them 1/QT as often); tokens of
 //   different sequences are attended one after the other.
-// Reduction order (batch invariance): lane l visits keys j = l, l+W, l+2W, … in
+// Sliding window (p.window > 0): a token with n keys attends to keys
+//   lo = n - window .. n - 1 only (lo_of); scores are soft-capped where p.softcap > 0.
+// Reduction order (batch invariance): lane l visits keys j ≡ l (mod W) from lo in
 //   increasing j with an online softmax (running max m, sum s, acc[HD]); scores are
 //   fma-dot products over d in increasing order. Lanes are then merged in lane
 //   order 0..W-1. The order depends only on the key count, never on T, on the
@@ -47,6 +49,7 @@ var<workgroup> lane_acc: array<vec4<f32>, W * G * HD / 4u>;
 {
 {% for ti in range(n) %}
 let n{{ ti }} = positions[t{{ ti }}] + 1u;
+let lo{{ ti }} = lo_of(n{{ ti }});
   {% for gi in range(g) %}
 let qb{{ ti }}_{{ gi }} = t{{ ti }} * p.q_stride + (h0 + {{ gi }}u) * HD;
     {% for i in range(d4) %}
@@ -59,11 +62,13 @@ var s{{ ti }}_{{ gi }} = 0.0;
 {% endfor %}
 let table = token_seq[t0] * p.max_blocks;
 let n_max = {% for ti in range(n) %}{{ "max(" if not loop.last }}n{{ ti }}{{ ", " if not loop.last }}{% endfor %}{% for ti in range(n - 1) %}){% endfor %};
-for (var j = l; j < n_max; j = j + W) {
+let lo_min = {% for ti in range(n) %}{{ "min(" if not loop.last }}lo{{ ti }}{{ ", " if not loop.last }}{% endfor %}{% for ti in range(n - 1) %}){% endfor %};
+// Lane l keeps keys j ≡ l (mod W) whatever the window: from the window's start rounded down to W.
+for (var j = (lo_min / W) * W + l; j < n_max; j = j + W) {
 let slot = slot_of(table, j);
 {{ common.kv_rows("slot", d4) -}}
 {% for ti in range(n) %}
-if (j < n{{ ti }}) {
+if (j < n{{ ti }} && j >= lo{{ ti }}) {
   {% for gi in range(g) %}
 var dot{{ gi }} = 0.0;
     {% for i in range(d4) %}
@@ -71,7 +76,7 @@ var dot{{ gi }} = 0.0;
 dot{{ gi }} = fma(q{{ ti }}_{{ gi }}_{{ i }}.{{ c }}, k{{ i }}.{{ c }}, dot{{ gi }});
       {% endfor %}
     {% endfor %}
-let sc{{ gi }} = dot{{ gi }} * p.scale;
+let sc{{ gi }} = score_of(dot{{ gi }});
 let mn{{ gi }} = max(m{{ ti }}_{{ gi }}, sc{{ gi }});
 let corr{{ gi }} = exp(m{{ ti }}_{{ gi }} - mn{{ gi }});
 let e{{ gi }} = exp(sc{{ gi }} - mn{{ gi }});

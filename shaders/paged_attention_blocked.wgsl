@@ -27,9 +27,10 @@
 // always 0), so the compiler keeps the loads; results are unchanged.
 //
 // Reduction order (batch invariance) of a token with n keys, per head: blocks
-// b = 0 .. ceil(n / W) - 1 in order; in block b key j = bW + jj (jj = 0..W-1)
-// has score sc_j = (fma chain of q·k over d in increasing order) · scale, or
-// NEG past n; mn = max(m, max_j sc_j); corr = exp(m - mn); p_j = exp(sc_j - mn)
+// b = lo / W .. ceil(n / W) - 1 in order (lo = 0, or n - window under a sliding
+// window: lo_of); in block b key j = bW + jj (jj = 0..W-1) has score sc_j =
+// score_of(fma chain of q·k over d in increasing order), or NEG outside lo..n-1
+// (a block with no key inside leaves the state as it was); mn = max(m, max_j sc_j); corr = exp(m - mn); p_j = exp(sc_j - mn)
 // (0 past n); s = s·corr, then s = s + p_j for jj in order; acc = acc·corr,
 // then acc = fma(p_j, v_j, acc) for jj in order (v_j = 0 past n); m = mn.
 // out = acc / s. Nothing depends on T, the other tokens, chunking or tiling.
@@ -72,12 +73,13 @@ var a{{ gi }}_{{ c }} = vec4<f32>(0.0);
 let ti{{ c }} = min({{ c * w }}u + l, D4 - 1u);
 {% endfor %}
 let nb = (n + W - 1u) / W;
+let lo = lo_of(n);
 // Touch loads: the next block's lines, a texel each (header).
 var sink = vec4<f32>(0.0);
-var slot_next = slot_of(table, min(l, n - 1u));
-for (var b = 0u; b < nb; b = b + 1u) {
+var slot_next = slot_of(table, min((lo / W) * W + l, n - 1u));
+for (var b = lo / W; b < nb; b = b + 1u) {
 let j = b * W + l;
-let live = j < n;
+let live = j < n && j >= lo;
 let slot = slot_next;
 slot_next = slot_of(table, min(j + W, n - 1u));
 {% for i in range(0, d4, 4) %}
@@ -98,7 +100,7 @@ dot{{ gi }} = fma(q{{ gi }}_{{ i }}.{{ cc }}, k{{ i }}.{{ cc }}, dot{{ gi }});
   {% endfor %}
 {% endfor %}
 {% for gi in range(g) %}
-let sc{{ gi }} = select(NEG, dot{{ gi }} * p.scale, live);
+let sc{{ gi }} = select(NEG, score_of(dot{{ gi }}), live);
 let mn{{ gi }} = max(m{{ gi }}, subgroupMax(sc{{ gi }}));
 let corr{{ gi }} = exp(m{{ gi }} - mn{{ gi }});
 let pe{{ gi }} = select(0.0, exp(sc{{ gi }} - mn{{ gi }}), live);
@@ -111,7 +113,7 @@ a{{ gi }}_{{ c }} = a{{ gi }}_{{ c }} * corr{{ gi }};
 {% for jj in range(w) %}
 {
 let vslot = subgroupBroadcast(slot, {{ jj }}u);
-let vlive = b * W + {{ jj }}u < n;
+let vlive = b * W + {{ jj }}u < n && b * W + {{ jj }}u >= lo;
   {% for c in range(dl) %}
 let v{{ c }} = select(vec4<f32>(0.0), v_at(vslot, kvh, ti{{ c }}), vlive);
   {% endfor %}
@@ -148,7 +150,7 @@ let j = b * W + l;
 let slot = slot_of(table, min(j, n_max - 1u));
 {{ common.kv_rows("slot", d4) -}}
 {% if masked %}
-let live = b * W < n;
+let live = b * W < n && b * W + W > lo;
 {% endif %}
 {# kg keys' q·k chains at a time, interleaved, each in its own order (so the same bits): a
    key's chain alone left a CPU lane's adds waiting on each other (kernel bench, 512-token
@@ -181,9 +183,9 @@ dot{{ gi }}_{{ jj }} = fma(q{{ gi }}_{{ i }}.{{ cc }}, kb{{ i }}_{{ jj }}.{{ cc 
   {% for jj in range(j0, j0 + kg) %}
     {% for gi in range(g) %}
       {% if masked %}
-sc{{ gi }}_{{ jj }} = select(NEG, dot{{ gi }}_{{ jj }} * p.scale, b * W + {{ jj }}u < n);
+sc{{ gi }}_{{ jj }} = select(NEG, score_of(dot{{ gi }}_{{ jj }}), b * W + {{ jj }}u < n && b * W + {{ jj }}u >= lo);
       {% else %}
-sc{{ gi }}_{{ jj }} = dot{{ gi }}_{{ jj }} * p.scale;
+sc{{ gi }}_{{ jj }} = score_of(dot{{ gi }}_{{ jj }});
       {% endif %}
     {% endfor %}
   {% endfor %}
@@ -194,7 +196,7 @@ let mn{{ gi }} = max(m{{ gi }}, {% for jj in range(w - 1) %}max(sc{{ gi }}_{{ jj
 let corr{{ gi }} = exp(m{{ gi }} - mn{{ gi }});
   {% for jj in range(w) %}
     {% if masked %}
-let p{{ gi }}_{{ jj }} = select(0.0, exp(sc{{ gi }}_{{ jj }} - mn{{ gi }}), b * W + {{ jj }}u < n);
+let p{{ gi }}_{{ jj }} = select(0.0, exp(sc{{ gi }}_{{ jj }} - mn{{ gi }}), b * W + {{ jj }}u < n && b * W + {{ jj }}u >= lo);
     {% else %}
 let p{{ gi }}_{{ jj }} = exp(sc{{ gi }}_{{ jj }} - mn{{ gi }});
     {% endif %}
@@ -218,7 +220,7 @@ var na{{ gi }} = a{{ gi }}_{{ i }} * corr{{ gi }};
   {% endfor %}
   {% for jj in range(w) %}
     {% if masked %}
-let vb{{ jj }} = select(vec4<f32>(0.0), subgroupBroadcast(v{{ i }}, {{ jj }}u), b * W + {{ jj }}u < n);
+let vb{{ jj }} = select(vec4<f32>(0.0), subgroupBroadcast(v{{ i }}, {{ jj }}u), b * W + {{ jj }}u < n && b * W + {{ jj }}u >= lo);
     {% else %}
 let vb{{ jj }} = subgroupBroadcast(v{{ i }}, {{ jj }}u);
     {% endif %}
@@ -249,6 +251,7 @@ let last = first + W - 1u;
 if (last < p.t && token_seq[first] == token_seq[last] && positions[last] == positions[first] + W - 1u) {
 let t = first + l;
 let n = positions[t] + 1u;
+let lo = lo_of(n);
 let n_min = positions[first] + 1u;
 let n_max = positions[last] + 1u;
 let table = token_seq[first] * p.max_blocks;
@@ -260,10 +263,16 @@ var a{{ gi }}_{{ i }} = vec4<f32>(0.0);
 var m{{ gi }} = NEG;
 var s{{ gi }} = 0.0;
   {% endfor %}
-// Blocks within every lane's keys, then the last ones, masked.
+// Blocks within every lane's keys unmasked, those at either end masked: from
+// the first lane's window start (lanes whose window starts later skip a block
+// wholly before it), blocks wholly inside every lane's window, then the last ones.
 let full = n_min / W;
-for (var b = 0u; b < full; b = b + 1u) {{ tile_block(false) }}
-for (var b = full; b < (n_max + W - 1u) / W; b = b + 1u) {{ tile_block(true) }}
+let b0 = lo_of(n_min) / W;
+let u0 = max(b0, (lo_of(n_max) + W - 1u) / W);
+let u1 = max(u0, full);
+for (var b = b0; b < u0; b = b + 1u) {{ tile_block(true) }}
+for (var b = u0; b < u1; b = b + 1u) {{ tile_block(false) }}
+for (var b = u1; b < (n_max + W - 1u) / W; b = b + 1u) {{ tile_block(true) }}
   {% for gi in range(g) %}
 let ob{{ gi }} = t * p.heads * HD + (h0 + {{ gi }}u) * HD;
     {% for i in range(d4) %}

@@ -119,6 +119,9 @@ fn run_case_on(
         max_blocks: max_blocks as u32,
         kv_rows: (total_blocks * bs) as u32,
         max_query_len: queries.len() as u32,
+        window: 0,
+        scale: wllm::backend::PagedKv::<()>::default_scale(hd as u32),
+        softcap: 0.0,
     };
     let mut enc = encoder();
     ks.paged_attention(&mut enc, &qb, u32::MAX, kv, h as u32, queries.len() as u32, &out)

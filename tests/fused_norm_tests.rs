@@ -219,6 +219,9 @@ fn gemm_rope_kv_with_norm(ks: &Kernels) {
                 max_blocks: 1,
                 kv_rows: slots as u32,
                 max_query_len: t as u32,
+                window: 0,
+                scale: wllm::backend::PagedKv::<()>::default_scale(hd),
+                softcap: 0.0,
             };
             let mut enc = encoder();
             let yr = Rows::new(&qkv, width);

@@ -81,7 +81,15 @@ fn check_gate_up(ks: &wllm::backend::wgsl::Kernels, formats: &[WeightFormat]) {
             let mut enc = encoder();
             ks.gemm(&mut enc, &st, Rows::new(&xb, k), Rows::new(&gu, 2 * inter), t as u32)
                 .unwrap();
-            ks.silu_mul(&mut enc, &gu, &unfused, t as u32, inter as u32).unwrap();
+            ks.act_mul(
+                &mut enc,
+                &gu,
+                &unfused,
+                t as u32,
+                inter as u32,
+                wllm::backend::Activation::Silu,
+            )
+            .unwrap();
             let tiles = tiles_to_check(ks.row_tiles(&il), format);
             let fused: Vec<wgpu::Buffer> = tiles.iter().map(|_| zeros(t * inter)).collect();
             for (tm, out) in tiles.iter().zip(&fused) {
@@ -181,6 +189,9 @@ fn rope_cache_write_equals_rope_then_cache_write() {
                 max_blocks: 1,
                 kv_rows: slots as u32,
                 max_query_len: t as u32,
+                window: 0,
+                scale: wllm::backend::PagedKv::<()>::default_scale(hd),
+                softcap: 0.0,
             };
             let rope = RopeArgs {
                 positions: &pb,
@@ -320,6 +331,9 @@ fn gemm_rope_kv_equals_gemm_then_rope_cache_write() {
                     max_blocks: 1,
                     kv_rows: slots as u32,
                     max_query_len: t as u32,
+                    window: 0,
+                    scale: wllm::backend::PagedKv::<()>::default_scale(hd),
+                    softcap: 0.0,
                 };
                 let mut enc = encoder();
                 let (xr, yr) = (Rows::new(&xb, k), Rows::new(&qkv, width));

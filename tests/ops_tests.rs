@@ -216,7 +216,15 @@ fn silu_mul_matches_cpu() {
         let gu: Vec<f32> = rand_vec(&mut r, t * 2 * inter).iter().map(|v| v * 8.0).collect();
         let (gb, ob) = (upload(&gu), zeros(t * inter));
         let mut enc = encoder();
-        ks.silu_mul(&mut enc, &gb, &ob, t as u32, inter as u32).unwrap();
+        ks.act_mul(
+            &mut enc,
+            &gb,
+            &ob,
+            t as u32,
+            inter as u32,
+            wllm::backend::Activation::Silu,
+        )
+        .unwrap();
         let got: Vec<f32> = run_read(enc, &[(&ob, t * inter)]).remove(0);
         let mut want = Vec::new();
         for i in 0..t {

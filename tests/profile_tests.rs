@@ -9,7 +9,7 @@ use common::*;
 use wllm::backend::Backend;
 use wllm::backend::wgsl::Kernels;
 use wllm::engine::{ModelRunner, SeqChunk};
-use wllm::model::{LlamaModel, ModelFiles};
+use wllm::model::{DecoderModel, ModelFiles};
 
 #[test]
 fn a_recorded_step_splits_by_kernel_and_runs_as_execute_does() {
@@ -18,7 +18,7 @@ fn a_recorded_step_splits_by_kernel_and_runs_as_execute_does() {
     let files = ModelFiles::open(&path).unwrap();
     let cfg = files.config().unwrap();
     let ks = Kernels::new(&kernels().ctx).unwrap();
-    let model = LlamaModel::load(&ks, &files, &cfg).unwrap();
+    let model = DecoderModel::load(&ks, &files, &cfg).unwrap();
     let runner = ModelRunner::new(ks, model, 16, 4, 64, 4, 64).unwrap();
     let ids: Vec<Vec<u32>> = (0..2).map(|s| (0..9).map(|i| 3 + i * 5 + s).collect()).collect();
     let tables = [vec![0u32, 1, 2], vec![3, 4, 5]];

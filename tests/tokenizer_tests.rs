@@ -44,3 +44,69 @@ fn byte_level_chars_are_gpt2s_map() {
     let distinct: std::collections::HashSet<char> = c.iter().copied().collect();
     assert_eq!(distinct.len(), 256);
 }
+
+/// Token ids of every text of tests/data/tokenize-texts.json equal llama.cpp's
+/// `llama-tokenize` for the model (scripts/tokenize-ref.py wrote the reference).
+fn matches_llama_tokenize(model: &std::path::Path, reference: &str) {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(reference);
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).expect("reference")).expect("JSON");
+    let files = ModelFiles::open(model).expect("open");
+    let ModelFiles::Gguf { file, .. } = &files else {
+        unreachable!()
+    };
+    let tok = Tokenizer::from_gguf(file).expect("tokenizer");
+    let cases = r["cases"].as_array().expect("cases");
+    assert!(cases.len() >= 20);
+    let mut bad = Vec::new();
+    for c in cases {
+        let text = c["text"].as_str().expect("text");
+        let want: Vec<u32> = serde_json::from_value(c["ids"].clone()).expect("ids");
+        let got = tok.encode(text).expect("encode");
+        if got != want {
+            bad.push(format!("{text:?}:\n  wllm      {got:?}\n  llama.cpp {want:?}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} of {} texts differ:\n{}",
+        bad.len(),
+        cases.len(),
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn gemma3_sentencepiece_ids_equal_llama_cpp() {
+    matches_llama_tokenize(&gemma3_path(), "tokenize-gemma3.json");
+}
+
+#[test]
+fn default_model_ids_equal_llama_cpp() {
+    matches_llama_tokenize(&default_model_path(), "tokenize-smollm2.json");
+}
+
+/// Decoding a SentencePiece encoding gives the text back (spaces, bytes, specials).
+#[test]
+fn gemma3_decodes_what_it_encodes() {
+    let files = ModelFiles::open(&gemma3_path()).expect("open");
+    let ModelFiles::Gguf { file, .. } = &files else {
+        unreachable!()
+    };
+    let tok = Tokenizer::from_gguf(file).expect("tokenizer");
+    for text in [
+        "  two leading, three trailing   ",
+        "中文 🙂 𝔘 \u{1}",
+        "<start_of_turn>user\nHi<end_of_turn>",
+    ] {
+        let ids = tok.encode_plain(text).expect("encode");
+        assert_eq!(tok.decode(&ids), text);
+    }
+    assert!(tok.add_bos && tok.bos_id == Some(2));
+    assert!(
+        tok.eos_ids.contains(&1) && tok.eos_ids.contains(&106),
+        "{:?}",
+        tok.eos_ids
+    );
+}

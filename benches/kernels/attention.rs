@@ -66,6 +66,9 @@ fn run(ks: &Kernels, what: String, first: u32, queries: u32) -> AttentionRow {
         max_blocks: blocks,
         kv_rows: LAYERS * blocks * BLOCK,
         max_query_len: queries,
+        window: 0,
+        scale: wllm::backend::PagedKv::<()>::default_scale(HEAD_DIM),
+        softcap: 0.0,
     };
     let (mut secs, mut layer) = (f64::INFINITY, 0);
     for _ in 0..3 {

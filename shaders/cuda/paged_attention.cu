@@ -5,9 +5,12 @@
 //   applied); k_cache, v_cache (num_blocks·block_size, kv_heads·hd) f32; positions,
 //   token_seq (T) u32; block_tables (S, max_blocks) u32; out (T, heads·hd) f32.
 //   Token t attends to positions 0..=positions[t] of sequence token_seq[t]; query
-//   head h reads KV head h / (heads / kv_heads). hd ≤ 256.
+//   head h reads KV head h / (heads / kv_heads). hd ≤ 256. Under a sliding window
+//   (window > 0) a token with n keys attends to keys n - window .. n - 1 only; a
+//   score is q·k · scale, then softcap · tanh(score / softcap) where softcap > 0.
 // Launch: grid (heads, T), block ATT_WARPS·32. Lane l of a warp owns dimensions
-//   l, l+32, … of the head; warp w visits keys j = w, w+ATT_WARPS, … in increasing j
+//   l, l+32, … of the head; warp w visits keys j ≡ w (mod ATT_WARPS) from the
+//   window's start rounded down to ATT_WARPS, in increasing j
 //   with an online softmax (running max m, sum s, acc[hd]); each score is a
 //   per-lane fma chain over its dimensions, then warp_sum.
 // Reduction order (batch invariance): warps are merged in warp order 0..ATT_WARPS-1.
@@ -20,7 +23,8 @@
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)
     paged_attention(const float* q, const float* k_cache, const float* v_cache, const u32* positions,
                     const u32* token_seq, const u32* block_tables, float* out, u32 t, u32 heads, u32 kv_heads,
-                    u32 hd, u32 q_stride, u32 block_size, u32 max_blocks, float scale) {
+                    u32 hd, u32 q_stride, u32 block_size, u32 max_blocks, float scale, u32 window,
+                    float softcap) {
     __shared__ float sh_m[ATT_WARPS];
     __shared__ float sh_s[ATT_WARPS];
     __shared__ float sh_acc[ATT_WARPS][32 * ATT_DPL];
@@ -40,7 +44,9 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)
     u32 pos = positions[tok];
     const u32* table = block_tables + (u64)token_seq[tok] * max_blocks;
     float m = NEG_BIG, s = 0.0f;
-    for (u32 j = warp; j <= pos; j += ATT_WARPS) {
+    u32 lo = window > 0 && pos + 1 > window ? pos + 1 - window : 0;
+    for (u32 j = lo / ATT_WARPS * ATT_WARPS + warp; j <= pos; j += ATT_WARPS) {
+        if (j < lo) continue;
         u64 slot = (u64)table[j / block_size] * block_size + j % block_size;
         const float* kr = k_cache + slot * kv_w + (u64)kvh * hd;
         const float* vr = v_cache + slot * kv_w + (u64)kvh * hd;
@@ -51,6 +57,7 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)
             if (d < hd) part = fmaf(qv[i], kr[d], part);
         }
         float score = warp_sum(part) * scale;
+        if (softcap > 0.0f) score = softcap * tanhf(score / softcap);
         float m_new = fmaxf(m, score);
         float corr = expf(m - m_new);
         float p = expf(score - m_new);

@@ -84,6 +84,20 @@ pub struct PagedKv<'a, B> {
     /// is a decode; a prefill chunk's length). A backend may pick a kernel
     /// variant from it, never a different result.
     pub max_query_len: u32,
+    /// Sliding window: token t attends to the last `window` positions only
+    /// (`positions[t] + 1 - window ..= positions[t]`); 0 attends to them all.
+    pub window: u32,
+    /// The score of a key: q·k · `scale` (usually 1/√head_dim)…
+    pub scale: f32,
+    /// …then `softcap · tanh(score / softcap)` where `softcap` > 0 (Gemma 2).
+    pub softcap: f32,
+}
+
+impl<B> PagedKv<'_, B> {
+    /// The usual attention scale, 1/√head_dim.
+    pub fn default_scale(head_dim: u32) -> f32 {
+        1.0 / (head_dim as f32).sqrt()
+    }
 }
 
 impl<B> Clone for PagedKv<'_, B> {
@@ -108,6 +122,24 @@ impl<B> Clone for NormArgs<'_, B> {
     }
 }
 impl<B> Copy for NormArgs<'_, B> {}
+
+/// The activation of a gated MLP: out = act(gate) · up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// silu(g) = g / (1 + e^-g) (Llama, Qwen, Phi-3).
+    Silu = 0,
+    /// gelu with the tanh approximation, 0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³))) (Gemma).
+    GeluTanh = 1,
+}
+
+/// An in-place elementwise op over the first n floats of a buffer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Elementwise {
+    /// x = x · s (Gemma's embedding scale).
+    Scale(f32),
+    /// x = c · tanh(x / c) (Gemma 2's final logit soft-capping).
+    Softcap(f32),
+}
 
 /// How rotary pairs are formed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -348,15 +380,45 @@ pub trait Backend: Send + 'static {
         rope_then_cache_write(self, s, qkv, stride, rope, kv, q_heads, slot_mapping, t)
     }
 
-    /// out[t, i] = silu(gu[t, i]) · gu[t, inter + i].
-    fn silu_mul(
+    /// out[t, i] = act(gu[t, i]) · gu[t, inter + i].
+    fn act_mul(
         &self,
         s: &mut Self::Step,
         gu: &Self::Buffer,
         out: &Self::Buffer,
         t: u32,
         inter: u32,
+        act: Activation,
     ) -> Result<(), Self::Error>;
+
+    /// x[t, i] += bias[i] for i < n, over `t` rows (q/k/v biases).
+    fn add_bias(
+        &self,
+        s: &mut Self::Step,
+        x: Rows<Self::Buffer>,
+        bias: &Self::Buffer,
+        n: u32,
+        t: u32,
+    ) -> Result<(), Self::Error>;
+
+    /// RMSNorm of each head, in place: for each of `t` rows and head h <
+    /// `heads`, the `head_dim` floats v at `x.off + row·x.stride + h·head_dim`
+    /// become v / sqrt(mean(v²) + eps) · w (w: head_dim floats). The sum of
+    /// squares is reduced in an order that depends on head_dim only (Qwen 3's
+    /// and Gemma 3's q/k norms).
+    fn head_norm(
+        &self,
+        s: &mut Self::Step,
+        x: Rows<Self::Buffer>,
+        w: &Self::Buffer,
+        eps: f32,
+        heads: u32,
+        head_dim: u32,
+        t: u32,
+    ) -> Result<(), Self::Error>;
+
+    /// `op` over the first `n` floats of `x`, in place.
+    fn elementwise(&self, s: &mut Self::Step, x: &Self::Buffer, n: u32, op: Elementwise) -> Result<(), Self::Error>;
 
     /// Copies K (at `k_off`) and V (at `v_off`) of each of `t` rows of `qkv`,
     /// `kv_width` floats each, to row `slot_mapping[t]` of the caches; every

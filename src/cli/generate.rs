@@ -13,8 +13,12 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
     /// Prompt text (repeatable: all prompts run together as one batch).
-    #[arg(long, required = true)]
+    #[arg(long, required_unless_present = "prompt_ids")]
     pub prompt: Vec<String>,
+    /// A prompt as token ids, comma-separated, used as they are (no BOS added):
+    /// checks a model apart from its tokenizer (repeatable; runs after the --prompt ones).
+    #[arg(long, value_name = "ID,ID,...")]
+    pub prompt_ids: Vec<String>,
     /// Wrap each prompt as a user message in the model's chat template.
     #[arg(long)]
     pub chat: bool,
@@ -54,20 +58,44 @@ fn constraint(a: &GenerateArgs) -> anyhow::Result<Option<Constraint>> {
     })
 }
 
-pub fn run(a: &GenerateArgs) -> anyhow::Result<()> {
-    if a.prompt.is_empty() {
-        bail!("give at least one --prompt");
+/// The token ids of one --prompt-ids value.
+fn parse_ids(s: &str) -> anyhow::Result<Vec<u32>> {
+    let ids = s
+        .split(',')
+        .map(|t| t.trim())
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            t.parse::<u32>()
+                .with_context(|| format!("--prompt-ids: {t:?} is not a token id"))
+        })
+        .collect::<anyhow::Result<Vec<u32>>>()?;
+    if ids.is_empty() {
+        bail!("--prompt-ids {s:?} holds no token id");
     }
+    Ok(ids)
+}
+
+pub fn run(a: &GenerateArgs) -> anyhow::Result<()> {
+    if a.prompt.is_empty() && a.prompt_ids.is_empty() {
+        bail!("give at least one --prompt or --prompt-ids");
+    }
+    let id_prompts = a
+        .prompt_ids
+        .iter()
+        .map(|s| parse_ids(s).map(Prompt::Tokens))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let mut params = a.sampling.params();
     params.constraint = constraint(a)?;
     let engine = a.engine.start()?;
     let mut streams = Vec::new();
-    for p in &a.prompt {
-        let prompt = if a.chat {
+    let text_prompts = a.prompt.iter().map(|p| {
+        if a.chat {
             Prompt::Chat(vec![ChatMessage::new("user", p)])
         } else {
             Prompt::Text(p.clone())
-        };
+        }
+    });
+    for prompt in text_prompts.chain(id_prompts) {
         streams.push(engine.generate(prompt, params.clone())?);
     }
     for s in streams {

@@ -21,7 +21,7 @@ use wllm::backend::wgsl::dequant_roof::DequantRoof;
 use wllm::backend::wgsl::{Kernels, roofs};
 use wllm::engine::{ModelRunner, RowTileChoice, SeqChunk};
 use wllm::gpu::StepEncoder;
-use wllm::model::{LlamaModel, ModelFiles};
+use wllm::model::{DecoderModel, ModelFiles};
 
 use super::EngineArgs;
 
@@ -338,7 +338,7 @@ pub fn run(a: &ProfileArgs) -> anyhow::Result<()> {
         roofs.fma_gflops,
         roofs.dispatch_s * 1e6
     );
-    let model = LlamaModel::load(&kernels, &files, &mc).context("loading the model")?;
+    let model = DecoderModel::load(&kernels, &files, &mc).context("loading the model")?;
     let max_tokens = max_batch.max(a.prefill).max(1);
     let runner = ModelRunner::new(kernels, model, num_blocks, bs, max_tokens, max_batch, max_len)?;
     // The row tile of batched gemms as `wllm serve`'s warm-up chooses it

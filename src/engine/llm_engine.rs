@@ -22,7 +22,7 @@ use crate::backend::wgsl::Kernels;
 use crate::backend::{Backend, OpenBackend};
 use crate::gpu::GpuContext;
 use crate::metrics::Metrics;
-use crate::model::{LlamaModel, ModelConfig, ModelFiles};
+use crate::model::{DecoderModel, ModelConfig, ModelFiles};
 use crate::sampling::SamplingParams;
 use crate::sampling::constraint::Guide;
 use crate::tokenizer::Tokenizer;
@@ -100,7 +100,10 @@ impl LlmEngine {
         }
         timings.tokenizer = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
-        let model = LlamaModel::load(&kernels, &files, &model_config)?;
+        // Rope tables for the positions this engine can reach, not the model's whole context.
+        let mut load_config = model_config.clone();
+        load_config.max_context = load_config.max_context.min(plan.max_model_len.max(1));
+        let model = DecoderModel::load(&kernels, &files, &load_config)?;
         timings.weights = t1.elapsed().as_secs_f64();
         let t2 = Instant::now();
         let runner = ModelRunner::new(

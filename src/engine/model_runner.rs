@@ -6,7 +6,7 @@
 
 use super::{KvCache, StepBuffers};
 use crate::backend::{Backend, WeightInfo};
-use crate::model::llama::{Forward, LlamaModel};
+use crate::model::decoder::{DecoderModel, Forward};
 use crate::model::{ModelConfig, ModelError, backend_err};
 
 /// One sequence's share of a step.
@@ -62,7 +62,7 @@ pub trait StepRunner: Send {
 
 /// Runs the model over the paged cache.
 pub struct ModelRunner<B: Backend> {
-    pub model: LlamaModel<B>,
+    pub model: DecoderModel<B>,
     pub kernels: B,
     pub kv: KvCache<B>,
     pub bufs: StepBuffers<B>,
@@ -107,7 +107,7 @@ impl<B: Backend> StepRunner for ModelRunner<B> {
 impl<B: Backend> ModelRunner<B> {
     pub fn new(
         kernels: B,
-        model: LlamaModel<B>,
+        model: DecoderModel<B>,
         num_blocks: usize,
         block_size: usize,
         max_tokens: usize,

@@ -21,7 +21,7 @@ pub enum Prompt {
 pub fn tokenize_prompt(tokenizer: &Tokenizer, prompt: &Prompt) -> Result<Vec<u32>, EngineError> {
     Ok(match prompt {
         Prompt::Text(t) => tokenizer.encode(t)?,
-        Prompt::Chat(m) => tokenizer.encode(&tokenizer.apply_chat_template(m)?)?,
+        Prompt::Chat(m) => tokenizer.encode_rendered(&tokenizer.apply_chat_template(m)?)?,
         Prompt::Tokens(t) => t.clone(),
     })
 }

@@ -4,7 +4,7 @@
 //! step's token and sequence budget. The model runner owns them.
 
 use crate::backend::Backend;
-use crate::model::llama::Activations;
+use crate::model::decoder::Activations;
 use crate::model::{ModelConfig, ModelError, backend_err};
 
 /// The per-step arrays and activations of the forward pass.

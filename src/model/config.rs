@@ -1,11 +1,14 @@
-//! The Llama-family shape, from GGUF metadata or a Hugging Face config.json.
+//! A model's shape and constants, from GGUF metadata or a Hugging Face
+//! config.json; what its family adds to the Llama layer is in `spec`
+//! (`model::arch`).
 
 use super::ModelError;
+use super::arch::{self, ArchSpec, GgufKeys};
 use super::gguf::GgufFile;
 use super::hf_config::{HfArch, HfConfig, RopeScaling};
 use crate::backend::RopePairing;
 
-/// Shape and constants of a Llama-family model.
+/// Shape and constants of a decoder-only model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
     pub arch: String,
@@ -23,9 +26,9 @@ pub struct ModelConfig {
     pub rope_pairing: RopePairing,
     pub max_context: usize,
     pub tie_embeddings: bool,
+    /// What the family does beyond the Llama layer.
+    pub spec: ArchSpec,
 }
-
-const ARCHS: [&str; 2] = ["llama", "mistral"];
 
 impl ModelConfig {
     /// Reads `{arch}.*` keys of a GGUF file.
@@ -35,9 +38,7 @@ impl ModelConfig {
             .and_then(|v| v.as_str())
             .unwrap_or("")
             .to_string();
-        if !ARCHS.contains(&arch.as_str()) {
-            return Err(ModelError::UnsupportedArch(arch));
-        }
+        let family = arch::by_gguf(&arch).ok_or_else(|| ModelError::UnsupportedArch(arch.clone()))?;
         let u = |k: &str| -> Result<usize, ModelError> {
             g.get(&format!("{arch}.{k}"))
                 .and_then(|v| v.as_u64())
@@ -46,6 +47,7 @@ impl ModelConfig {
         };
         let hidden = u("embedding_length")?;
         let heads = u("attention.head_count")?;
+        let layers = u("block_count")?;
         let vocab = match u("vocab_size") {
             Ok(v) => v,
             Err(_) => g
@@ -53,12 +55,29 @@ impl ModelConfig {
                 .and_then(|v| v.as_array())
                 .map_or(0, |a| a.len()),
         };
+        let head_dim = head_dim_of(g, &arch, hidden, heads);
+        if let Ok(rot) = u("rope.dimension_count")
+            && rot != head_dim
+        {
+            return Err(ModelError::Config(format!(
+                "rope over {rot} of each head's {head_dim} dimensions (partial rotary) is not supported"
+            )));
+        }
+        let keys = GgufKeys {
+            file: g,
+            arch: &arch,
+            layers,
+            hidden,
+            heads,
+            head_dim,
+        };
+        let spec = (family.from_gguf)(&keys)?;
         let cfg = Self {
             hidden,
-            layers: u("block_count")?,
+            layers,
             heads,
             kv_heads: u("attention.head_count_kv").unwrap_or(heads),
-            head_dim: head_dim_of(g, &arch, hidden, heads),
+            head_dim,
             intermediate: u("feed_forward_length")?,
             vocab,
             rms_eps: g
@@ -69,28 +88,28 @@ impl ModelConfig {
                 .get(&format!("{arch}.rope.freq_base"))
                 .and_then(|v| v.as_f64())
                 .unwrap_or(10000.0),
-            rope_freq_factors: gguf_rope_freqs(g, head_dim_of(g, &arch, hidden, heads))?,
-            rope_pairing: RopePairing::Adjacent,
+            rope_freq_factors: gguf_rope_freqs(g, head_dim)?,
+            rope_pairing: family.gguf_pairing,
             max_context: u("context_length").unwrap_or(2048),
             tie_embeddings: !g.tensors.contains_key("output.weight"),
             arch,
+            spec,
         };
         cfg.validate()?;
         Ok(cfg)
     }
 
-    /// Reads a Hugging Face config.json. A `sliding_window` shorter than the
-    /// context caps the context (wllm attends over the whole context).
+    /// Reads a Hugging Face config.json. A `sliding_window` windows the layers
+    /// the family says (it does not cap the context).
     pub fn from_hf_json(text: &str) -> Result<Self, ModelError> {
         let bad_json = |e: serde_json::Error| ModelError::Config(format!("config.json: {e}"));
         let arch: HfArch = serde_json::from_str(text).map_err(bad_json)?;
-        if !ARCHS.contains(&arch.model_type.as_str()) {
-            return Err(ModelError::UnsupportedArch(arch.model_type));
-        }
+        let family = arch::by_hf(&arch.model_type).ok_or_else(|| ModelError::UnsupportedArch(arch.model_type))?;
         let j: HfConfig = serde_json::from_str(text).map_err(bad_json)?;
         let heads = j.num_attention_heads;
         let head_dim = j.head_dim.unwrap_or(j.hidden_size / heads.max(1));
         let rope_theta = j.rope_theta.unwrap_or(10000.0);
+        let spec = (family.from_hf)(&j)?;
         let rope_freq_factors = match &j.rope_scaling {
             None => None,
             Some(s) => Some(llama3_factors(s, head_dim, rope_theta)?),
@@ -107,12 +126,10 @@ impl ModelConfig {
             rope_theta,
             rope_freq_factors,
             rope_pairing: RopePairing::RotateHalf,
-            max_context: j
-                .max_position_embeddings
-                .unwrap_or(2048)
-                .min(j.sliding_window.unwrap_or(usize::MAX)),
+            max_context: j.max_position_embeddings.unwrap_or(2048),
             tie_embeddings: j.tie_word_embeddings,
             arch: j.model_type,
+            spec,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -139,8 +156,14 @@ impl ModelConfig {
                 self.heads, self.kv_heads
             ));
         }
-        if !self.head_dim.is_multiple_of(2) || self.head_dim > 256 {
-            return bad(format!("head_dim {} must be even and at most 256", self.head_dim));
+        if !self.head_dim.is_multiple_of(4) || self.head_dim > 256 {
+            return bad(format!(
+                "head_dim {} must be a multiple of 4 and at most 256",
+                self.head_dim
+            ));
+        }
+        if self.spec.sliding_window.is_some_and(|w| w > u32::MAX as usize) {
+            return bad("the sliding window does not fit 32 bits".into());
         }
         Ok(())
     }
@@ -154,6 +177,14 @@ impl ModelConfig {
     pub fn qkv_width(&self) -> usize {
         (self.heads + 2 * self.kv_heads) * self.head_dim
     }
+
+    /// Layer `l`'s rope base.
+    pub fn rope_theta_of(&self, l: usize) -> f64 {
+        match (self.spec.window(l), self.spec.rope_theta_swa) {
+            (Some(_), Some(t)) => t,
+            _ => self.rope_theta,
+        }
+    }
 }
 
 fn head_dim_of(g: &GgufFile, arch: &str, hidden: usize, heads: usize) -> usize {
@@ -166,7 +197,6 @@ fn head_dim_of(g: &GgufFile, arch: &str, hidden: usize, heads: usize) -> usize {
         .or_else(|| u("rope.dimension_count"))
         .unwrap_or(hidden / heads.max(1))
 }
-
 /// GGUF's Llama 3 rope scaling: the `rope_freqs.weight` tensor, one divisor per frequency.
 fn gguf_rope_freqs(g: &GgufFile, head_dim: usize) -> Result<Option<Vec<f64>>, ModelError> {
     let Some(t) = g.tensors.get("rope_freqs.weight") else {

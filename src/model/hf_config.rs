@@ -1,4 +1,4 @@
-//! A Hugging Face `config.json` of the Llama family, as a typed struct: the
+//! A Hugging Face `config.json`, as a typed struct: the
 //! fields wllm reads, with serde naming what is missing or mistyped.
 
 use serde::Deserialize;
@@ -27,6 +27,19 @@ pub struct HfConfig {
     pub sliding_window: Option<usize>,
     #[serde(default)]
     pub tie_word_embeddings: bool,
+    /// Qwen 3: biases on q, k, v.
+    pub attention_bias: Option<bool>,
+    /// Gemma: the attention score scale is 1/√query_pre_attn_scalar.
+    pub query_pre_attn_scalar: Option<f64>,
+    /// Gemma 2's soft-caps.
+    pub attn_logit_softcapping: Option<f64>,
+    pub final_logit_softcapping: Option<f64>,
+    /// Gemma 3: which layers are windowed ("sliding_attention" / "full_attention"),
+    /// or the pattern (every n-th layer global).
+    pub layer_types: Option<Vec<String>>,
+    pub sliding_window_pattern: Option<usize>,
+    /// Gemma 3: the windowed layers' rope base.
+    pub rope_local_base_freq: Option<f64>,
 }
 
 /// `rope_scaling` (only Llama 3's kind is supported).
@@ -88,11 +101,30 @@ mod tests {
     }
 
     #[test]
-    fn sliding_window_caps_the_context() {
+    fn sliding_window_windows_every_layer_and_keeps_the_context() {
         let c = ModelConfig::from_hf_json(&format!(
             r#"{{{BASE}, "max_position_embeddings": 8192, "sliding_window": 4096}}"#
         ))
         .unwrap();
-        assert_eq!(c.max_context, 4096);
+        assert_eq!(c.max_context, 8192);
+        assert_eq!((c.spec.window(0), c.spec.window(1)), (Some(4096), Some(4096)));
+    }
+
+    #[test]
+    fn gemma3_layers_follow_their_types() {
+        let c = ModelConfig::from_hf_json(
+            r#"{"model_type": "gemma3_text", "hidden_size": 64, "num_hidden_layers": 3,
+            "num_attention_heads": 2, "head_dim": 32, "intermediate_size": 128, "vocab_size": 100,
+            "sliding_window": 16, "query_pre_attn_scalar": 64,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (c.spec.window(0), c.spec.window(1), c.spec.window(2)),
+            (Some(16), None, Some(16))
+        );
+        assert_eq!(c.spec.attn_scale, Some(0.125));
+        assert_eq!(c.spec.norm_offset, 1.0);
+        assert_eq!(c.spec.rope_theta_swa, Some(10_000.0));
     }
 }

@@ -1,4 +1,5 @@
-//! A decoder layer's projection weights as the step reads them: q, k and v
+//! A decoder layer's projection weights as the step reads them (as
+//! `model::fusion` planned them): q, k and v
 //! stacked into one matrix (one gemm fills the fused qkv row; where the
 //! backend also fuses rope and the cache write into it, the q and k rows of
 //! each rotated pair side by side), and gate and up
@@ -7,6 +8,7 @@
 //! every output is reduced exactly as a gemm over its own matrix would: the
 //! fusion changes no bit. Matrices that differ in format stay split.
 
+use super::arch::Storage;
 use super::{ModelError, ModelFiles, backend_err};
 use crate::backend::{Backend, RopePairing, WeightInfo};
 use crate::quant::{self, Repacked};
@@ -89,23 +91,68 @@ pub fn pair_rope_rows(r: &Repacked, hd: usize, pairing: RopePairing) -> Repacked
     r.permute_rows(&order)
 }
 
-/// Loads layer `l`'s q, k, v (`q_rows`, `kv_rows` rows of `hidden`; heads of `hd`).
-#[allow(clippy::too_many_arguments)]
-pub fn load_qkv<B: Backend>(
-    ks: &B,
+/// Layer `l`'s q, k, v (`q_rows`, `kv_rows` rows of `hidden`), from their
+/// own tensors or from one fused `attn_qkv` (Phi-3).
+pub fn read_qkv(
     files: &ModelFiles,
     l: usize,
     q_rows: usize,
     kv_rows: usize,
     hidden: usize,
+    storage: Storage,
+) -> Result<[Repacked; 3], ModelError> {
+    let n = |s: &str| format!("blk.{l}.{s}.weight");
+    match storage {
+        Storage::Split => Ok([
+            load_repacked(files, &n("attn_q"), q_rows, hidden)?,
+            load_repacked(files, &n("attn_k"), kv_rows, hidden)?,
+            load_repacked(files, &n("attn_v"), kv_rows, hidden)?,
+        ]),
+        Storage::Fused => {
+            let all = load_repacked(files, &n("attn_qkv"), q_rows + 2 * kv_rows, hidden)?;
+            Ok([
+                all.slice_rows(0..q_rows),
+                all.slice_rows(q_rows..q_rows + kv_rows),
+                all.slice_rows(q_rows + kv_rows..q_rows + 2 * kv_rows),
+            ])
+        }
+    }
+}
+
+/// Layer `l`'s gate and up (`inter` rows of `hidden` each), from their own
+/// tensors or from one `ffn_up` holding gate then up (Phi-3).
+pub fn read_gate_up(
+    files: &ModelFiles,
+    l: usize,
+    inter: usize,
+    hidden: usize,
+    storage: Storage,
+) -> Result<[Repacked; 2], ModelError> {
+    let n = |s: &str| format!("blk.{l}.{s}.weight");
+    match storage {
+        Storage::Split => Ok([
+            load_repacked(files, &n("ffn_gate"), inter, hidden)?,
+            load_repacked(files, &n("ffn_up"), inter, hidden)?,
+        ]),
+        Storage::Fused => {
+            let all = load_repacked(files, &n("ffn_up"), 2 * inter, hidden)?;
+            Ok([all.slice_rows(0..inter), all.slice_rows(inter..2 * inter)])
+        }
+    }
+}
+
+/// Uploads layer `l`'s q, k, v: stacked and rope-paired for `gemm_rope_kv`
+/// where `rope_fused` and their formats agree, stacked where they agree, else split.
+pub fn upload_qkv<B: Backend>(
+    ks: &B,
+    [q, k, v]: [Repacked; 3],
+    l: usize,
     hd: usize,
     pairing: RopePairing,
+    rope_fused: bool,
 ) -> Result<QkvWeights<B::Weight>, ModelError> {
     let n = |s: &str| format!("blk.{l}.{s}.weight");
-    let q = load_repacked(files, &n("attn_q"), q_rows, hidden)?;
-    let k = load_repacked(files, &n("attn_k"), kv_rows, hidden)?;
-    let v = load_repacked(files, &n("attn_v"), kv_rows, hidden)?;
-    if same_layout(&[&q, &k, &v]) && ks.fuses_qkv_rope() && hd.is_multiple_of(2) {
+    if same_layout(&[&q, &k, &v]) && rope_fused {
         let (q, k) = (pair_rope_rows(&q, hd, pairing), pair_rope_rows(&k, hd, pairing));
         let qkv = Repacked::stack_rows(&[q, k, v], "q, k, v")?;
         return Ok(QkvWeights::RopeFused(upload(ks, &qkv, &n("attn_qkv"))?));
@@ -121,25 +168,22 @@ pub fn load_qkv<B: Backend>(
     })
 }
 
-/// Loads layer `l`'s gate and up (`inter` rows of `hidden`) in the layout the
-/// backend runs best.
-pub fn load_gate_up<B: Backend>(
+/// Uploads layer `l`'s gate and up: interleaved for `gemm_silu_mul` where
+/// `interleave` and their formats agree, stacked where they agree, else split.
+pub fn upload_gate_up<B: Backend>(
     ks: &B,
-    files: &ModelFiles,
+    [gate, up]: [Repacked; 2],
     l: usize,
-    inter: usize,
-    hidden: usize,
+    interleave: bool,
 ) -> Result<GateUpWeights<B::Weight>, ModelError> {
     let n = |s: &str| format!("blk.{l}.{s}.weight");
-    let gate = load_repacked(files, &n("ffn_gate"), inter, hidden)?;
-    let up = load_repacked(files, &n("ffn_up"), inter, hidden)?;
     if !same_layout(&[&gate, &up]) {
         return Ok(GateUpWeights::Split {
             gate: upload(ks, &gate, &n("ffn_gate"))?,
             up: upload(ks, &up, &n("ffn_up"))?,
         });
     }
-    if ks.fuses_gate_up() {
+    if interleave {
         let w = Repacked::interleave_rows(&gate, &up, "gate, up")?;
         return Ok(GateUpWeights::Interleaved(upload(ks, &w, &n("ffn_gate_up"))?));
     }

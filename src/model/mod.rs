@@ -1,19 +1,22 @@
 //! Model loading: configuration (GGUF metadata or config.json), tensors (GGUF or
-//! safetensors, memory-mapped), and the Llama forward pass on the GPU.
+//! safetensors, memory-mapped), the architecture layer (one file a family),
+//! and the decoder forward pass on the GPU.
 
+pub mod arch;
 pub mod config;
+pub mod decoder;
+pub mod fusion;
 pub mod gguf;
 pub mod gguf_writer;
 pub mod hf_config;
 pub mod layer_weights;
-pub mod llama;
 pub mod rope;
 pub mod safetensors;
 pub mod source;
 
 pub use config::ModelConfig;
-pub use llama::LlamaModel;
-pub use source::{ModelFiles, RawTensor, hf_tensor_name};
+pub use decoder::DecoderModel;
+pub use source::{ModelFiles, RawTensor, hf_tensor_name, hf_tensor_name_for};
 
 /// Everything that can go wrong reading a model.
 #[derive(Debug, thiserror::Error)]
@@ -36,7 +39,11 @@ pub enum ModelError {
          e.g. `wllm quantize IN OUT Q4_K_M`)"
     )]
     UnsupportedType { name: String, ty: String },
-    #[error("unsupported architecture {0:?}: wllm runs the Llama family (llama, mistral-style dense models)")]
+    #[error(
+        "unsupported architecture {0:?}: wllm runs {archs} (GGUF names; in config.json: llama, mistral, qwen2, \
+         qwen3, gemma2, gemma3_text, phi3)",
+        archs = arch::supported()
+    )]
     UnsupportedArch(String),
     #[error("bad model config: {0}")]
     Config(String),

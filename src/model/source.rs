@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use super::arch::Arch;
 use super::gguf::GgufFile;
 use super::safetensors::SafetensorsDir;
 use super::{ModelConfig, ModelError};
@@ -35,7 +36,20 @@ pub enum ModelFiles {
         dir: PathBuf,
         st: SafetensorsDir,
         requant: Option<Requant>,
+        /// The family's own tensor names (config.json's model_type), where known.
+        arch: Option<&'static Arch>,
     },
+}
+
+/// The Hugging Face name of a tensor named the GGUF way in a model of family
+/// `arch` (Llama's names where the family has none of its own).
+pub fn hf_tensor_name_for(arch: Option<&Arch>, gguf: &str) -> Option<String> {
+    if let Some((layer, tail)) = gguf.strip_prefix("blk.").and_then(|r| r.split_once('.'))
+        && let Some(part) = arch.and_then(|a| (a.hf_tensor)(tail))
+    {
+        return Some(format!("model.layers.{layer}.{part}"));
+    }
+    hf_tensor_name(gguf)
 }
 
 /// The Hugging Face name of a Llama tensor named the GGUF way, if it is one.
@@ -64,8 +78,15 @@ pub fn hf_tensor_name(gguf: &str) -> Option<String> {
     Some(format!("model.layers.{layer}.{part}.weight"))
 }
 
-fn hf_name(gguf: &str) -> String {
-    hf_tensor_name(gguf).unwrap_or_else(|| gguf.to_string())
+fn hf_name(arch: Option<&Arch>, gguf: &str) -> String {
+    hf_tensor_name_for(arch, gguf).unwrap_or_else(|| gguf.to_string())
+}
+
+/// config.json's `model_type` family, if wllm knows it.
+fn hf_arch(dir: &Path) -> Option<&'static Arch> {
+    let text = std::fs::read_to_string(dir.join("config.json")).ok()?;
+    let a: super::hf_config::HfArch = serde_json::from_str(&text).ok()?;
+    super::arch::by_hf(&a.model_type)
 }
 
 impl ModelFiles {
@@ -79,6 +100,7 @@ impl ModelFiles {
                 dir: path.to_path_buf(),
                 st: SafetensorsDir::open(path)?,
                 requant: None,
+                arch: hf_arch(path),
             })
         } else if path.exists() {
             Ok(Self::Gguf {
@@ -108,7 +130,7 @@ impl ModelFiles {
     pub fn has(&self, name: &str) -> bool {
         match self {
             Self::Gguf { file, .. } => file.tensors.contains_key(name),
-            Self::Hf { st, .. } => st.tensors.contains_key(&hf_name(name)),
+            Self::Hf { st, arch, .. } => st.tensors.contains_key(&hf_name(*arch, name)),
         }
     }
 
@@ -131,6 +153,7 @@ impl ModelFiles {
                 "attn_q",
                 "attn_k",
                 "attn_v",
+                "attn_qkv",
                 "attn_output",
                 "ffn_gate",
                 "ffn_up",
@@ -204,8 +227,8 @@ impl ModelFiles {
                     bytes: Cow::Borrowed(file.bytes(t)),
                 })
             }
-            Self::Hf { st, .. } => {
-                let hn = hf_name(name);
+            Self::Hf { st, arch, .. } => {
+                let hn = hf_name(*arch, name);
                 let t = st.tensors.get(&hn).ok_or(ModelError::MissingTensor(hn.clone()))?;
                 let cols = t.shape.last().copied().unwrap_or(1);
                 let rows = t.shape.iter().rev().skip(1).product::<usize>();

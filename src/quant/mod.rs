@@ -393,6 +393,20 @@ impl Repacked {
         }
     }
 
+    /// Rows `range` of `self` (a matrix stored fused with others: Phi-3's
+    /// `attn_qkv`, its gate and up in `ffn_up`).
+    pub fn slice_rows(&self, range: std::ops::Range<usize>) -> Repacked {
+        let (dr, sr) = self.row_bytes();
+        Repacked {
+            format: self.format,
+            n: range.len(),
+            k: self.k,
+            kp: self.kp,
+            data: self.data[range.start * dr..range.end * dr].to_vec(),
+            scales: self.scales[range.start * sr..range.end * sr].to_vec(),
+        }
+    }
+
     /// Rows of `a` and `b` alternating (a₀, b₀, a₁, b₁, …): gate and up as
     /// `Backend::gemm_silu_mul` reads them.
     pub fn interleave_rows(a: &Repacked, b: &Repacked, what: &str) -> Result<Repacked, FormatError> {

@@ -112,33 +112,18 @@ impl Guide {
     }
 
     fn build(tok: &Arc<Tokenizer>, vocab: usize) -> Result<Arc<ParserFactory>, String> {
-        // Byte-level BPE's stand-in characters, back to their bytes.
-        let dec: std::collections::HashMap<char, u8> = crate::tokenizer::byte_level_chars()
-            .iter()
-            .enumerate()
-            .map(|(b, &c)| (c, b as u8))
-            .collect();
+        // Each token's bytes; special tokens behind toktrie's marker.
         let special = tok.special_token_ids();
         let mut bytes = Vec::with_capacity(vocab);
         for id in 0..vocab as u32 {
-            let Some(s) = tok.id_to_token(id) else {
-                bytes.push(Vec::new());
-                continue;
-            };
-            if special.contains(&id) {
-                let mut b = vec![TokTrie::SPECIAL_TOKEN_MARKER];
-                b.extend(s.as_bytes());
-                bytes.push(b);
-                continue;
-            }
-            let b: Option<Vec<u8>> = s.chars().map(|c| dec.get(&c).copied()).collect();
-            match b {
-                Some(b) => bytes.push(b),
-                None => {
-                    return Err(format!(
-                        "token {id} ({s:?}) is not byte-level BPE: structured output needs a byte-level BPE tokenizer"
-                    ));
+            match tok.token_bytes(id, &special)? {
+                None => bytes.push(Vec::new()),
+                Some(crate::tokenizer::TokenBytes::Special(s)) => {
+                    let mut b = vec![TokTrie::SPECIAL_TOKEN_MARKER];
+                    b.extend(s.as_bytes());
+                    bytes.push(b);
                 }
+                Some(crate::tokenizer::TokenBytes::Text(b)) => bytes.push(b),
             }
         }
         let eos = tok

@@ -4,7 +4,7 @@
 
 use wllm::backend::{Backend, PagedKv, Rows};
 
-use super::reference::cpu_attention;
+use super::reference::cpu_attention_capped;
 use super::{rand_vec, rng};
 
 const ATT_SEQS: [usize; 3] = [1, 9, 23]; // keys per sequence
@@ -48,6 +48,16 @@ fn attention_data() -> AttentionData {
 }
 
 pub fn run_attention<B: Backend>(b: &B) -> Vec<f32> {
+    run_attention_with(b, 0, 0.0)
+}
+
+pub fn reference_attention() -> Vec<f32> {
+    reference_attention_with(0, 0.0)
+}
+
+/// The attention case under a sliding `window` (0: none) with scores
+/// soft-capped at `softcap` (0: none).
+pub fn run_attention_with<B: Backend>(b: &B, window: u32, softcap: f32) -> Vec<f32> {
     let (heads, kvh, hd, bs) = ATT;
     let (qkv, pos, seq, slots, tables, max_blocks) = attention_data();
     let width = (heads + 2 * kvh) * hd;
@@ -78,6 +88,9 @@ pub fn run_attention<B: Backend>(b: &B) -> Vec<f32> {
         max_blocks: max_blocks as u32,
         kv_rows,
         max_query_len: t as u32,
+        window,
+        scale: PagedKv::<()>::default_scale(hd as u32),
+        softcap,
     };
     b.paged_attention(&mut s, &qb, width as u32, kv, heads as u32, t as u32, &o)
         .unwrap();
@@ -85,7 +98,7 @@ pub fn run_attention<B: Backend>(b: &B) -> Vec<f32> {
     bytemuck::pod_collect_to_vec(&out[0])
 }
 
-pub fn reference_attention() -> Vec<f32> {
+pub fn reference_attention_with(window: usize, softcap: f32) -> Vec<f32> {
     let (heads, kvh, hd, _) = ATT;
     let (qkv, pos, seq, _, _, _) = attention_data();
     let width = (heads + 2 * kvh) * hd;
@@ -103,9 +116,14 @@ pub fn reference_attention() -> Vec<f32> {
             let g = h / (heads / kvh);
             let q = &qkv[tok * width + h * hd..][..hd];
             let row = |j: usize, off: usize| &qkv[(starts[s as usize] + j) * width + off + g * hd..][..hd];
-            let keys: Vec<Vec<f32>> = (0..=p as usize).map(|j| row(j, heads * hd).to_vec()).collect();
-            let vals: Vec<Vec<f32>> = (0..=p as usize).map(|j| row(j, (heads + kvh) * hd).to_vec()).collect();
-            out.extend(cpu_attention(q, &keys, &vals, hd));
+            let lo = if window > 0 {
+                (p as usize + 1).saturating_sub(window)
+            } else {
+                0
+            };
+            let keys: Vec<Vec<f32>> = (lo..=p as usize).map(|j| row(j, heads * hd).to_vec()).collect();
+            let vals: Vec<Vec<f32>> = (lo..=p as usize).map(|j| row(j, (heads + kvh) * hd).to_vec()).collect();
+            out.extend(cpu_attention_capped(q, &keys, &vals, hd, softcap));
         }
     }
     out

@@ -4,11 +4,11 @@
 //! tolerance it allows: `check_against_cpu(b)` runs them all.
 
 use rand::Rng;
-use wllm::backend::{Backend, MaskedArgmax, RopePairing, Rows};
+use wllm::backend::{Activation, Backend, Elementwise, MaskedArgmax, RopePairing, Rows};
 use wllm::model::rope::rope_table;
 use wllm::quant::{self, WeightFormat};
 
-use super::attention_case::{reference_attention, run_attention};
+use super::attention_case::{reference_attention, reference_attention_with, run_attention, run_attention_with};
 use super::reference::{cpu_rms_norm, cpu_rope};
 use super::{awkward_k, rand_vec, rand_weight_bytes, rng};
 
@@ -245,13 +245,19 @@ fn rope_case<B: Backend>(pairing: RopePairing) -> OpCase<B> {
     OpCase::new(format!("rope {pairing:?}"), 1e-5, run, reference)
 }
 
-fn silu_mul_case<B: Backend>() -> OpCase<B> {
+fn act_mul_case<B: Backend>(act: Activation) -> OpCase<B> {
     let (t, inter) = (3usize, 77usize);
-    let input = move || rand_vec(&mut rng(500), t * 2 * inter);
+    // Gate values wide enough for gelu's tanh to saturate at both ends.
+    let input = move || {
+        rand_vec(&mut rng(500), t * 2 * inter)
+            .iter()
+            .map(|v| v * 12.0)
+            .collect::<Vec<f32>>()
+    };
     let run = move |b: &B| {
         let (gb, o) = (up(b, &input()), zeros(b, t * inter));
         let mut s = b.begin();
-        b.silu_mul(&mut s, &gb, &o, t as u32, inter as u32).unwrap();
+        b.act_mul(&mut s, &gb, &o, t as u32, inter as u32, act).unwrap();
         read(b, s, &o, t * inter)
     };
     let reference = move || {
@@ -259,12 +265,106 @@ fn silu_mul_case<B: Backend>() -> OpCase<B> {
         (0..t * inter)
             .map(|e| {
                 let (i, j) = (e / inter, e % inter);
-                let g = gu[i * 2 * inter + j];
-                g / (1.0 + (-g).exp()) * gu[i * 2 * inter + inter + j]
+                let g = f64::from(gu[i * 2 * inter + j]);
+                let a = match act {
+                    Activation::Silu => g / (1.0 + (-g).exp()),
+                    Activation::GeluTanh => {
+                        0.5 * g * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (g + 0.044715 * g * g * g)).tanh())
+                    }
+                };
+                (a * f64::from(gu[i * 2 * inter + inter + j])) as f32
             })
             .collect()
     };
-    OpCase::new("silu_mul".into(), 1e-5, run, reference)
+    OpCase::new(format!("act_mul {act:?}"), 1e-5, run, reference)
+}
+
+/// add_bias on rows with an offset and a stride wider than the bias.
+fn add_bias_case<B: Backend>() -> OpCase<B> {
+    let (t, n, stride, off) = (5usize, 37usize, 53usize, 7usize);
+    let x = move || rand_vec(&mut rng(510), off + t * stride);
+    let bias = move || rand_vec(&mut rng(511), n);
+    let run = move |b: &B| {
+        let (xb, bb) = (up(b, &x()), up(b, &bias()));
+        let mut s = b.begin();
+        let rows = Rows {
+            buf: &xb,
+            off: off as u32,
+            stride: stride as u32,
+        };
+        b.add_bias(&mut s, rows, &bb, n as u32, t as u32).unwrap();
+        read(b, s, &xb, off + t * stride)
+    };
+    let reference = move || {
+        let (mut v, bias) = (x(), bias());
+        for r in 0..t {
+            for i in 0..n {
+                v[off + r * stride + i] += bias[i];
+            }
+        }
+        v
+    };
+    OpCase::new("add_bias".into(), 1e-6, run, reference)
+}
+
+/// head_norm over 3 heads of an awkward head_dim (> 64 lanes, not a multiple of them).
+fn head_norm_case<B: Backend>() -> OpCase<B> {
+    let (t, heads, hd, stride, off) = (4usize, 3usize, 100usize, 331usize, 17usize);
+    let x = move || rand_vec(&mut rng(520), off + t * stride);
+    let w = move || rand_vec(&mut rng(521), hd);
+    let run = move |b: &B| {
+        let (xb, wb) = (up(b, &x()), up(b, &w()));
+        let mut s = b.begin();
+        let rows = Rows {
+            buf: &xb,
+            off: off as u32,
+            stride: stride as u32,
+        };
+        b.head_norm(&mut s, rows, &wb, 1e-6, heads as u32, hd as u32, t as u32)
+            .unwrap();
+        read(b, s, &xb, off + t * stride)
+    };
+    let reference = move || {
+        let (mut v, w) = (x(), w());
+        for r in 0..t {
+            for h in 0..heads {
+                let at = off + r * stride + h * hd;
+                let normed = cpu_rms_norm(&v[at..at + hd], &w, 1e-6);
+                v[at..at + hd].copy_from_slice(&normed);
+            }
+        }
+        v
+    };
+    OpCase::new("head_norm".into(), 1e-5, run, reference)
+}
+
+/// elementwise over more floats than one pass of the dispatch covers.
+fn elementwise_case<B: Backend>(op: Elementwise) -> OpCase<B> {
+    let n = 64 * 4096 * 2 + 13;
+    let x = move || {
+        rand_vec(&mut rng(530), n)
+            .iter()
+            .map(|v| v * 80.0)
+            .collect::<Vec<f32>>()
+    };
+    let run = move |b: &B| {
+        let xb = up(b, &x());
+        let mut s = b.begin();
+        b.elementwise(&mut s, &xb, n as u32, op).unwrap();
+        read(b, s, &xb, n)
+    };
+    let reference = move || {
+        x().iter()
+            .map(|&v| {
+                let v = f64::from(v);
+                (match op {
+                    Elementwise::Scale(a) => v * f64::from(a),
+                    Elementwise::Softcap(c) => f64::from(c) * (v / f64::from(c)).tanh(),
+                }) as f32
+            })
+            .collect()
+    };
+    OpCase::new(format!("elementwise {op:?}"), 1e-5, run, reference)
 }
 
 /// argmax: ties keep the lowest index; a NaN never wins.
@@ -396,7 +496,12 @@ pub fn op_cases<B: Backend>() -> Vec<OpCase<B>> {
     for pairing in [RopePairing::RotateHalf, RopePairing::Adjacent] {
         cases.push(rope_case(pairing));
     }
-    cases.push(silu_mul_case());
+    cases.push(act_mul_case(Activation::Silu));
+    cases.push(act_mul_case(Activation::GeluTanh));
+    cases.push(add_bias_case());
+    cases.push(head_norm_case());
+    cases.push(elementwise_case(Elementwise::Scale(25.3)));
+    cases.push(elementwise_case(Elementwise::Softcap(30.0)));
     cases.push(argmax_case());
     cases.push(masked_argmax_case());
     cases.push(OpCase::new(
@@ -404,6 +509,14 @@ pub fn op_cases<B: Backend>() -> Vec<OpCase<B>> {
         1e-4,
         run_attention::<B>,
         reference_attention,
+    ));
+    // A window shorter than the longer sequences (and not a multiple of any lane
+    // count), with soft-capped scores.
+    cases.push(OpCase::new(
+        "paged_attention, sliding window 6, soft-cap 0.5".into(),
+        1e-4,
+        |b: &B| run_attention_with(b, 6, 0.5),
+        || reference_attention_with(6, 0.5),
     ));
     cases
 }

@@ -150,6 +150,17 @@ pub fn default_model_path() -> std::path::PathBuf {
     p
 }
 
+/// Gemma 3 270M (fetched by models/fetch-gemma3.sh, which the test command runs).
+pub fn gemma3_path() -> std::path::PathBuf {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/gemma-3-270m-q4_k_m.gguf");
+    assert!(
+        p.exists(),
+        "{} is missing: run ./models/fetch-gemma3.sh (the README's test command does)",
+        p.display()
+    );
+    p
+}
+
 /// The oracle file of the default model.
 pub fn oracle() -> serde_json::Value {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/oracle-smollm2-135m-instruct-q4_1.json");

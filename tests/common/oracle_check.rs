@@ -7,7 +7,7 @@
 
 use wllm::backend::Backend;
 use wllm::engine::{ModelRunner, SeqChunk};
-use wllm::model::{LlamaModel, ModelFiles};
+use wllm::model::{DecoderModel, ModelFiles};
 use wllm::tokenizer::Tokenizer;
 
 use super::{default_model_path, oracle};
@@ -28,7 +28,7 @@ pub fn load<B: Backend>(ks: B) -> (Tokenizer, ModelRunner<B>) {
         panic!("GGUF expected")
     };
     let tok = Tokenizer::from_gguf(file).expect("tokenizer");
-    let model = LlamaModel::load(&ks, &files, &cfg).expect("load");
+    let model = DecoderModel::load(&ks, &files, &cfg).expect("load");
     let runner = ModelRunner::new(ks, model, 64, 16, 512, 4, 1024).expect("runner");
     (tok, runner)
 }

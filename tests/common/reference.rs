@@ -31,10 +31,17 @@ pub fn cpu_rope(x: &mut [f32], pos: usize, heads: usize, hd: usize, theta: f64, 
 
 /// Softmax(q·Kᵀ/√d)·V over keys 0..=pos, in f64.
 pub fn cpu_attention(q: &[f32], keys: &[Vec<f32>], vals: &[Vec<f32>], hd: usize) -> Vec<f32> {
+    cpu_attention_capped(q, keys, vals, hd, 0.0)
+}
+
+/// `cpu_attention` with each score s (q·k/√d) soft-capped to c·tanh(s/c) where c > 0.
+pub fn cpu_attention_capped(q: &[f32], keys: &[Vec<f32>], vals: &[Vec<f32>], hd: usize, cap: f32) -> Vec<f32> {
     let scale = 1.0 / (hd as f64).sqrt();
+    let cap = f64::from(cap);
     let scores: Vec<f64> = keys
         .iter()
         .map(|k| q.iter().zip(k).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum::<f64>() * scale)
+        .map(|s| if cap > 0.0 { cap * (s / cap).tanh() } else { s })
         .collect();
     let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();

@@ -5,7 +5,7 @@ use super::CudaError;
 use super::exec::Arg::{self, F32, Ptr, U32};
 use super::program::format_suffix;
 use super::{CudaBackend, CudaBuffer, CudaStep, CudaWeight};
-use crate::backend::{Backend, MaskedArgmax, NormArgs, PagedKv, RopeArgs, RopePairing, Rows};
+use crate::backend::{Activation, Backend, Elementwise, MaskedArgmax, NormArgs, PagedKv, RopeArgs, RopePairing, Rows};
 use crate::quant::Repacked;
 
 /// Grid dimensions y and z are limited to 65535 blocks.
@@ -252,17 +252,71 @@ impl Backend for CudaBackend {
         self.launch("rope", ((heads * head_dim / 2).div_ceil(256), t, 1), 256, &args)
     }
 
-    fn silu_mul(
+    fn act_mul(
         &self,
         _s: &mut CudaStep,
         gu: &CudaBuffer,
         out: &CudaBuffer,
         t: u32,
         inter: u32,
+        act: Activation,
     ) -> Result<(), CudaError> {
-        check_rows(t, "silu_mul")?;
-        let args = [Ptr(gu.ptr()), Ptr(out.ptr()), U32(t), U32(inter)];
-        self.launch("silu_mul", (inter.div_ceil(256), t, 1), 256, &args)
+        check_rows(t, "act_mul")?;
+        let args = [Ptr(gu.ptr()), Ptr(out.ptr()), U32(t), U32(inter), U32(act as u32)];
+        self.launch("act_mul", (inter.div_ceil(256), t, 1), 256, &args)
+    }
+
+    fn add_bias(
+        &self,
+        _s: &mut CudaStep,
+        x: Rows<CudaBuffer>,
+        bias: &CudaBuffer,
+        n: u32,
+        t: u32,
+    ) -> Result<(), CudaError> {
+        check_rows(t, "add_bias")?;
+        let args = [
+            Ptr(bias.ptr()),
+            Ptr(x.buf.ptr()),
+            U32(t),
+            U32(n),
+            U32(x.stride),
+            U32(x.off),
+        ];
+        self.launch("bias_add", (n.div_ceil(256), t, 1), 256, &args)
+    }
+
+    fn head_norm(
+        &self,
+        _s: &mut CudaStep,
+        x: Rows<CudaBuffer>,
+        w: &CudaBuffer,
+        eps: f32,
+        heads: u32,
+        head_dim: u32,
+        t: u32,
+    ) -> Result<(), CudaError> {
+        check_rows(t, "head_norm")?;
+        let args = [
+            Ptr(w.ptr()),
+            Ptr(x.buf.ptr()),
+            U32(t),
+            U32(heads),
+            U32(head_dim),
+            U32(x.stride),
+            U32(x.off),
+            F32(eps),
+        ];
+        self.launch("head_norm", (heads, t, 1), 256, &args)
+    }
+
+    fn elementwise(&self, _s: &mut CudaStep, x: &CudaBuffer, n: u32, op: Elementwise) -> Result<(), CudaError> {
+        let (code, a) = match op {
+            Elementwise::Scale(a) => (0u32, a),
+            Elementwise::Softcap(a) => (1, a),
+        };
+        let args = [Ptr(x.ptr()), U32(n), U32(code), F32(a)];
+        self.launch("elementwise", (n.div_ceil(256).clamp(1, 4096), 1, 1), 256, &args)
     }
 
     fn cache_write(
@@ -325,7 +379,9 @@ impl Backend for CudaBackend {
             U32(q_stride),
             U32(kv.block_size),
             U32(kv.max_blocks),
-            F32(1.0 / (kv.head_dim as f32).sqrt()),
+            F32(kv.scale),
+            U32(kv.window),
+            F32(kv.softcap),
         ];
         self.launch("paged_attention", (heads, t, 1), 256, &args)
     }

@@ -5,13 +5,14 @@
 use crate::quant::WeightFormat;
 
 /// (file, source) of each kernel file, in program order.
-pub const FILES: [(&str, &str); 10] = [
+pub const FILES: [(&str, &str); 11] = [
     ("common.cuh", include_str!("../../../shaders/cuda/common.cuh")),
     ("gemm.cu", include_str!("../../../shaders/cuda/gemm.cu")),
     ("embed.cu", include_str!("../../../shaders/cuda/embed.cu")),
     ("rms_norm.cu", include_str!("../../../shaders/cuda/rms_norm.cu")),
     ("rope.cu", include_str!("../../../shaders/cuda/rope.cu")),
-    ("silu_mul.cu", include_str!("../../../shaders/cuda/silu_mul.cu")),
+    ("act_mul.cu", include_str!("../../../shaders/cuda/act_mul.cu")),
+    ("arch_ops.cu", include_str!("../../../shaders/cuda/arch_ops.cu")),
     ("cache_write.cu", include_str!("../../../shaders/cuda/cache_write.cu")),
     ("argmax.cu", include_str!("../../../shaders/cuda/argmax.cu")),
     (
@@ -55,7 +56,10 @@ pub fn entry_points() -> Vec<String> {
     let mut v: Vec<String> = [
         "rms_norm",
         "rope",
-        "silu_mul",
+        "act_mul",
+        "bias_add",
+        "head_norm",
+        "elementwise",
         "cache_write",
         "argmax",
         "masked_argmax",

@@ -13,11 +13,14 @@ pub struct RenderedKernel {
 }
 
 /// The kernels that are plain WGSL (not templates), by name.
-const FIXED: [&str; 7] = [
+const FIXED: [&str; 10] = [
     "rms_norm",
     "rope",
     "rope_cache_write",
-    "silu_mul",
+    "act_mul",
+    "bias_add",
+    "head_norm",
+    "elementwise",
     "masked_argmax",
     "cache_write",
     "cache_write_tex",

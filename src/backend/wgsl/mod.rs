@@ -78,7 +78,10 @@ pub struct Kernels {
     pub(crate) rms_norm: Arc<Kernel>,
     pub(crate) rope: Arc<Kernel>,
     pub(crate) rope_cache_write: Arc<Kernel>,
-    pub(crate) silu_mul: Arc<Kernel>,
+    pub(crate) act_mul: Arc<Kernel>,
+    /// The ops only some architectures run (bias_add, head_norm,
+    /// elementwise), compiled on first use so that a Llama never builds them.
+    arch_ops: Mutex<HashMap<&'static str, Arc<Kernel>>>,
     /// argmax by workgroup size (`argmax_wg`), compiled on first use.
     argmax: Mutex<HashMap<u32, Arc<Kernel>>>,
     pub(crate) masked_argmax: Arc<Kernel>,
@@ -146,7 +149,8 @@ impl Kernels {
                 templates::file("rope_cache_write.wgsl"),
                 &[R, R, R, RW, RW, RW],
             )?,
-            silu_mul: k("silu_mul", templates::file("silu_mul.wgsl"), &[R, RW])?,
+            act_mul: k("act_mul", templates::file("act_mul.wgsl"), &[R, RW])?,
+            arch_ops: Mutex::default(),
             argmax: Mutex::default(),
             masked_argmax: k("masked_argmax", templates::file("masked_argmax.wgsl"), &[R, R, R, RW])?,
             cache_write: k("cache_write", templates::file("cache_write.wgsl"), &[R, R, RW, RW])?,
@@ -183,6 +187,22 @@ impl Kernels {
             let src = templates::render("argmax.wgsl", minijinja::context! { wg => wg })?;
             self.store
                 .kernel(&self.ctx.device, &format!("argmax_{wg}"), &src, &[R, RW])
+        })
+    }
+
+    /// One of the ops only some architectures run (`ARCH_OPS`), compiled on first use.
+    pub(crate) fn arch_kernel(&self, name: &'static str) -> Result<Arc<Kernel>, GpuError> {
+        let bindings: &[Binding] = match name {
+            "elementwise" => &[RW],
+            _ => &[R, RW],
+        };
+        variant_kernel(&self.arch_ops, name, || {
+            self.store.kernel(
+                &self.ctx.device,
+                name,
+                templates::file(&format!("{name}.wgsl")),
+                bindings,
+            )
         })
     }
 

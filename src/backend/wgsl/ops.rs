@@ -5,7 +5,7 @@
 
 use super::embed::EmbedParams;
 use super::{GpuWeight, Kernels, PagedKv, Rows, gemm_ops, kv_tex};
-use crate::backend::{Backend, MaskedArgmax, NormArgs, RopeArgs, RopePairing, WeightInfo};
+use crate::backend::{Activation, Backend, Elementwise, MaskedArgmax, NormArgs, RopeArgs, RopePairing, WeightInfo};
 use crate::gpu::{Bound, BufSlice, GpuError, StepEncoder};
 use crate::quant::{Repacked, WeightFormat};
 
@@ -33,6 +33,10 @@ struct AttentionParams {
     scale: f32,
     /// Always 0: paged_attention_blocked.wgsl stores its touch loads' sum only where this is 1.
     touch_sink: u32,
+    /// Sliding window (0: none) and score soft-cap (0: none); `PagedKv`.
+    window: u32,
+    softcap: f32,
+    pad: [u32; 2],
 }
 
 #[repr(C)]
@@ -374,20 +378,65 @@ impl Backend for Kernels {
         Ok(())
     }
 
-    fn silu_mul(
+    fn act_mul(
         &self,
         enc: &mut StepEncoder,
         gu: &wgpu::Buffer,
         out: &wgpu::Buffer,
         t: u32,
         inter: u32,
+        act: Activation,
     ) -> Result<(), GpuError> {
         let bufs = [BufSlice::whole(gu), BufSlice::whole(out)];
         enc.dispatch(
-            &self.silu_mul,
-            u32s(&[t, inter, 0, 0]),
+            &self.act_mul,
+            u32s(&[t, inter, act as u32, 0]),
             &bufs,
             [inter.div_ceil(64), t, 1],
+        );
+        Ok(())
+    }
+
+    fn add_bias(&self, enc: &mut StepEncoder, x: Rows, bias: &wgpu::Buffer, n: u32, t: u32) -> Result<(), GpuError> {
+        let bufs = [BufSlice::whole(bias), BufSlice::whole(x.buf)];
+        let p = [t, n, x.stride, x.off];
+        enc.dispatch(&self.arch_kernel("bias_add")?, u32s(&p), &bufs, [n.div_ceil(64), t, 1]);
+        Ok(())
+    }
+
+    fn head_norm(
+        &self,
+        enc: &mut StepEncoder,
+        x: Rows,
+        w: &wgpu::Buffer,
+        eps: f32,
+        heads: u32,
+        head_dim: u32,
+        t: u32,
+    ) -> Result<(), GpuError> {
+        let p = [t, heads, head_dim, x.stride, x.off, eps.to_bits(), 0, 0];
+        let bufs = [BufSlice::whole(w), BufSlice::whole(x.buf)];
+        enc.dispatch(
+            &self.arch_kernel("head_norm")?,
+            bytemuck::cast_slice(&p),
+            &bufs,
+            [heads, t, 1],
+        );
+        Ok(())
+    }
+
+    fn elementwise(&self, enc: &mut StepEncoder, x: &wgpu::Buffer, n: u32, op: Elementwise) -> Result<(), GpuError> {
+        let (code, a) = match op {
+            Elementwise::Scale(a) => (0u32, a),
+            Elementwise::Softcap(a) => (1, a),
+        };
+        let p = [n, code, a.to_bits(), 0];
+        let bufs = [BufSlice::whole(x)];
+        enc.dispatch(
+            &self.arch_kernel("elementwise")?,
+            u32s(&p),
+            &bufs,
+            [n.div_ceil(64).clamp(1, 4096), 1, 1],
         );
         Ok(())
     }
@@ -475,8 +524,11 @@ impl Backend for Kernels {
             },
             block_size: kv.block_size,
             max_blocks: kv.max_blocks,
-            scale: 1.0 / (kv.head_dim as f32).sqrt(),
+            scale: kv.scale,
             touch_sink: 0,
+            window: kv.window,
+            softcap: kv.softcap,
+            pad: [0; 2],
         };
         let [k_cache, v_cache] = kv_bound;
         let bufs = vec![

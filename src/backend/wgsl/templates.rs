@@ -46,7 +46,10 @@ pub const SHADER_FILES: &[(&str, &str)] = &[
         "rope_cache_write.wgsl",
         include_str!("../../../shaders/rope_cache_write.wgsl"),
     ),
-    ("silu_mul.wgsl", include_str!("../../../shaders/silu_mul.wgsl")),
+    ("act_mul.wgsl", include_str!("../../../shaders/act_mul.wgsl")),
+    ("bias_add.wgsl", include_str!("../../../shaders/bias_add.wgsl")),
+    ("head_norm.wgsl", include_str!("../../../shaders/head_norm.wgsl")),
+    ("elementwise.wgsl", include_str!("../../../shaders/elementwise.wgsl")),
     ("weights.wgsl", include_str!("../../../shaders/weights.wgsl")),
 ];
 

@@ -1,8 +1,13 @@
-//! Tokenizer (the `tokenizers` crate) from tokenizer.json or from GGUF metadata,
-//! the chat template (minijinja), and incremental detokenisation that never
-//! emits half a UTF-8 character.
+//! Tokenizer: byte-level BPE (the `tokenizers` crate) from tokenizer.json or
+//! GGUF metadata, or a GGUF SentencePiece vocabulary (`spm`, llama.cpp's
+//! algorithm); the chat template (minijinja); and incremental detokenisation
+//! that never emits half a UTF-8 character.
+
+pub mod spm;
 
 use std::path::Path;
+
+use spm::SpmVocab;
 
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::BPE;
@@ -43,9 +48,23 @@ impl ChatMessage {
     }
 }
 
+/// The vocabulary and algorithm behind a `Tokenizer`.
+enum Inner {
+    Hf(Box<tokenizers::Tokenizer>),
+    Spm(Box<SpmVocab>),
+}
+
+/// What a token stands for, as structured output needs it.
+pub enum TokenBytes {
+    /// A control or user-defined token: its text, never produced by a grammar's text.
+    Special(String),
+    /// The bytes the token adds to the output.
+    Text(Vec<u8>),
+}
+
 /// Text ↔ token ids for one model.
 pub struct Tokenizer {
-    inner: tokenizers::Tokenizer,
+    inner: Inner,
     pub bos_id: Option<u32>,
     pub add_bos: bool,
     /// Tokens that end generation (EOS and any others the model declares).
@@ -58,6 +77,10 @@ pub struct Tokenizer {
 /// Llama 3's pre-tokenizer split (llama.cpp's "llama-bpe").
 pub const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Qwen 2's pre-tokenizer split (llama.cpp's "qwen2"): Llama 3's with digits one at a time.
+pub const QWEN2_REGEX: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 fn build_err(e: impl std::fmt::Display) -> TokenizerError {
     TokenizerError::Build(e.to_string())
 }
@@ -68,10 +91,13 @@ impl Tokenizer {
         let s = |k: &str| g.get(k).and_then(Value::as_str).map(String::from);
         let u = |k: &str| g.get(k).and_then(Value::as_u64).map(|v| v as u32);
         let model = s("tokenizer.ggml.model").unwrap_or_default();
+        if model == "llama" {
+            return Self::from_gguf_spm(g);
+        }
         if model != "gpt2" {
             return Err(TokenizerError::Build(format!(
-                "GGUF tokenizer model {model:?} is not supported (only BPE \"gpt2\"); load the Hugging Face \
-                 directory with its tokenizer.json instead"
+                "GGUF tokenizer model {model:?} is not supported (BPE \"gpt2\" and SentencePiece \"llama\" are); \
+                 load the Hugging Face directory with its tokenizer.json instead"
             )));
         }
         let arr = |k: &str| {
@@ -101,18 +127,23 @@ impl Tokenizer {
         let mut inner = tokenizers::Tokenizer::new(bpe);
         let byte_level = ByteLevel::new(false, false, true);
         let pre = s("tokenizer.ggml.pre").unwrap_or_else(|| "default".into());
+        let regex_split = |re: &str| -> Result<PreTokenizerWrapper, TokenizerError> {
+            let split = Split::new(SplitPattern::Regex(re.into()), SplitDelimiterBehavior::Isolated, false)
+                .map_err(build_err)?;
+            Ok(Sequence::new(vec![split.into(), ByteLevel::new(false, false, false).into()]).into())
+        };
         let pre_tok: PreTokenizerWrapper = match pre.as_str() {
             "smollm" => Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into(),
-            "llama-bpe" | "llama3" | "smaug-bpe" => {
-                let split = Split::new(
-                    SplitPattern::Regex(LLAMA3_REGEX.into()),
-                    SplitDelimiterBehavior::Isolated,
-                    false,
-                )
-                .map_err(build_err)?;
-                Sequence::new(vec![split.into(), ByteLevel::new(false, false, false).into()]).into()
+            "llama-bpe" | "llama3" | "smaug-bpe" => regex_split(LLAMA3_REGEX)?,
+            "qwen2" | "deepseek-r1-qwen" => regex_split(QWEN2_REGEX)?,
+            "default" | "gpt-2" | "gpt2" => byte_level.into(),
+            other => {
+                return Err(TokenizerError::Build(format!(
+                    "GGUF pre-tokenizer {other:?} (tokenizer.ggml.pre) is not supported: wllm splits text as \
+                     \"default\", \"gpt-2\", \"smollm\", \"llama-bpe\" and \"qwen2\" do; a different split \
+                     would give other token ids than the model was trained on"
+                )));
             }
-            _ => byte_level.into(),
         };
         inner.with_pre_tokenizer(Some(pre_tok));
         inner.with_decoder(Some(ByteLevelDecoder::default()));
@@ -133,7 +164,7 @@ impl Tokenizer {
         }
         let name = |id: Option<u32>| id.and_then(|i| tokens.get(i as usize).cloned()).unwrap_or_default();
         Ok(Self {
-            inner,
+            inner: Inner::Hf(Box::new(inner)),
             bos_id,
             add_bos: g
                 .get("tokenizer.ggml.add_bos_token")
@@ -184,38 +215,93 @@ impl Tokenizer {
             chat_template: tc["chat_template"].as_str().map(String::from),
             bos_token,
             eos_token,
-            inner,
+            inner: Inner::Hf(Box::new(inner)),
+        })
+    }
+
+    /// A GGUF SentencePiece vocabulary (`spm`): BOS added unless the file
+    /// says not to (llama.cpp's default for SPM), EOS and EOT end generation.
+    fn from_gguf_spm(g: &GgufFile) -> Result<Self, TokenizerError> {
+        let u = |k: &str| g.get(k).and_then(Value::as_u64).map(|v| v as u32);
+        let vocab = SpmVocab::from_gguf(g).map_err(build_err)?;
+        let bos_id = u("tokenizer.ggml.bos_token_id").or_else(|| vocab.id("<s>"));
+        let eos_id = u("tokenizer.ggml.eos_token_id").or_else(|| vocab.id("</s>"));
+        let mut eos_ids: Vec<u32> = eos_id.into_iter().collect();
+        // End-of-turn tokens the file names, and the chat markers llama.cpp treats as such.
+        let eot = u("tokenizer.ggml.eot_token_id").into_iter().chain(
+            ["<end_of_turn>", "<|end|>", "<|eot_id|>", "<|im_end|>"]
+                .iter()
+                .filter_map(|t| vocab.id(t)),
+        );
+        for e in eot {
+            if !eos_ids.contains(&e) {
+                eos_ids.push(e);
+            }
+        }
+        let name = |id: Option<u32>| id.and_then(|i| vocab.token(i)).unwrap_or_default().to_string();
+        Ok(Self {
+            bos_token: name(bos_id),
+            eos_token: name(eos_id),
+            add_bos: g
+                .get("tokenizer.ggml.add_bos_token")
+                .and_then(Value::as_bool)
+                .unwrap_or(true)
+                && bos_id.is_some(),
+            bos_id,
+            eos_ids,
+            chat_template: g
+                .get("tokenizer.chat_template")
+                .and_then(Value::as_str)
+                .map(String::from),
+            inner: Inner::Spm(Box::new(vocab)),
         })
     }
 
     /// Token ids of `text`, special tokens parsed, BOS added when the model asks for it.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
-        let enc = self
-            .inner
-            .encode(text, false)
-            .map_err(|e| TokenizerError::Encode(e.to_string()))?;
-        let mut ids = Vec::with_capacity(enc.len() + 1);
+        let plain = self.encode_plain(text)?;
+        let mut ids = Vec::with_capacity(plain.len() + 1);
         if self.add_bos
             && let Some(b) = self.bos_id
         {
             ids.push(b);
         }
-        ids.extend_from_slice(enc.get_ids());
+        ids.extend(plain);
         Ok(ids)
+    }
+
+    /// Token ids of a rendered chat template: as `encode`, but no second BOS
+    /// where the template wrote one itself (Gemma's, Llama 2's).
+    pub fn encode_rendered(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        if self.add_bos && !self.bos_token.is_empty() && text.starts_with(&self.bos_token) {
+            return self.encode_plain(text);
+        }
+        self.encode(text)
     }
 
     /// Text of `ids` (special tokens included).
     pub fn decode(&self, ids: &[u32]) -> String {
-        self.inner.decode(ids, false).unwrap_or_default()
+        match &self.inner {
+            Inner::Hf(t) => t.decode(ids, false).unwrap_or_default(),
+            Inner::Spm(v) => v.decode(ids),
+        }
     }
 
     pub fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
+        match &self.inner {
+            Inner::Hf(t) => t.get_vocab_size(true),
+            Inner::Spm(v) => v.len(),
+        }
     }
 
-    /// Writes the tokenizer as a Hugging Face tokenizer.json.
+    /// Writes the tokenizer as a Hugging Face tokenizer.json (byte-level BPE only).
     pub fn save_json(&self, path: &Path) -> Result<(), TokenizerError> {
-        self.inner.save(path, false).map_err(build_err)
+        match &self.inner {
+            Inner::Hf(t) => t.save(path, false).map_err(build_err),
+            Inner::Spm(_) => Err(build_err(
+                "a SentencePiece vocabulary cannot be written as tokenizer.json",
+            )),
+        }
     }
 
     /// The BOS and EOS token strings.
@@ -225,26 +311,68 @@ impl Tokenizer {
 
     /// Token ids of `text` without BOS (special tokens parsed).
     pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
-        let enc = self
-            .inner
-            .encode(text, false)
-            .map_err(|e| TokenizerError::Encode(e.to_string()))?;
-        Ok(enc.get_ids().to_vec())
+        match &self.inner {
+            Inner::Hf(t) => {
+                let enc = t
+                    .encode(text, false)
+                    .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+                Ok(enc.get_ids().to_vec())
+            }
+            Inner::Spm(v) => Ok(v.encode(text)),
+        }
     }
 
-    /// Ids of the added tokens marked special (control tokens).
+    /// Ids of the tokens marked special (control tokens).
     pub fn special_token_ids(&self) -> std::collections::HashSet<u32> {
-        self.inner
-            .get_added_tokens_decoder()
-            .into_iter()
-            .filter(|(_, t)| t.special)
-            .map(|(id, _)| id)
-            .collect()
+        match &self.inner {
+            Inner::Hf(t) => t
+                .get_added_tokens_decoder()
+                .into_iter()
+                .filter(|(_, t)| t.special)
+                .map(|(id, _)| id)
+                .collect(),
+            Inner::Spm(v) => (0..v.len() as u32).filter(|&i| v.is_control(i)).collect(),
+        }
     }
 
     /// The string a token id stands for, if any.
     pub fn id_to_token(&self, id: u32) -> Option<String> {
-        self.inner.id_to_token(id)
+        match &self.inner {
+            Inner::Hf(t) => t.id_to_token(id),
+            Inner::Spm(v) => v.token(id).map(String::from),
+        }
+    }
+
+    /// What token `id` stands for as bytes of output (None: no such token);
+    /// an error for a vocabulary whose tokens are not byte-level. `special`:
+    /// `special_token_ids()`, computed once by the caller.
+    pub fn token_bytes(&self, id: u32, special: &std::collections::HashSet<u32>) -> Result<Option<TokenBytes>, String> {
+        match &self.inner {
+            Inner::Spm(v) => Ok(v.token(id).map(|t| {
+                if v.is_special(id) {
+                    TokenBytes::Special(t.to_string())
+                } else {
+                    TokenBytes::Text(v.piece(id))
+                }
+            })),
+            Inner::Hf(t) => {
+                let Some(s) = t.id_to_token(id) else {
+                    return Ok(None);
+                };
+                if special.contains(&id) {
+                    return Ok(Some(TokenBytes::Special(s)));
+                }
+                let dec = byte_level_decoder();
+                let b: Option<Vec<u8>> = s.chars().map(|c| dec.get(&c).copied()).collect();
+                match b {
+                    Some(b) => Ok(Some(TokenBytes::Text(b))),
+                    None => Err(format!(
+                        "token {id} ({s:?}) is not byte-level BPE: structured output needs byte-level BPE \
+                         or a GGUF SentencePiece vocabulary"
+                    )),
+                }
+            }
+        }
     }
 
     /// Renders the chat template for `messages` with the generation prompt added.
@@ -312,6 +440,18 @@ impl IncrementalDecoder {
             String::new()
         }
     }
+}
+
+/// Byte-level BPE's stand-in characters, back to their bytes.
+fn byte_level_decoder() -> &'static std::collections::HashMap<char, u8> {
+    static DEC: std::sync::OnceLock<std::collections::HashMap<char, u8>> = std::sync::OnceLock::new();
+    DEC.get_or_init(|| {
+        byte_level_chars()
+            .iter()
+            .enumerate()
+            .map(|(b, &c)| (c, b as u8))
+            .collect()
+    })
 }
 
 /// Byte-level BPE (GPT-2): the printable character that stands for each byte

@@ -1,18 +1,22 @@
-//! The Llama forward pass (candle's shape: `load` + `forward`), recorded as ops
-//! of a `Backend` (wgpu or cuda) into one step:
-//! embed → per layer: rms_norm(+residual) → qkv gemm with rope and the cache
-//! write → paged_attention → o gemm → rms_norm(+residual) → gate·up gemm with silu·mul →
-//! down gemm → final rms_norm(+residual) on the sampled rows only → lm_head → argmax.
-//! Seven launches a layer on a backend that fuses them; five where it also
-//! fuses the norms (`Backend::fuses_norm`: the wgpu backend, GPUs and CPU
-//! adapters alike; cuda runs rms_norm on its own): the qkv and
-//! gate·up gemms normalise their x rows and the o and down gemms add into the
-//! residual stream. The fused weights are in `layer_weights`.
+//! The decoder forward pass of every family (candle's shape: `load` +
+//! `forward`), recorded as ops of a `Backend` (wgpu or cuda) into one step:
+//! embed (× the family's scale) → per layer: rms_norm(+residual) → q, k, v
+//! gemm (+ biases, + q/k head norms) with rope and the cache write →
+//! paged_attention (sliding window and soft-cap where the layer has them) →
+//! o gemm (→ post-norm) → rms_norm(+residual) → gate·up gemm with act·mul →
+//! down gemm (→ post-norm) → final rms_norm(+residual) on the sampled rows only
+//! → lm_head (→ soft-cap) → argmax. What a family adds is in `cfg.spec`
+//! (`model::arch`); what runs fused was decided at load (`model::fusion`): on
+//! the wgpu backend a Llama layer is five launches (the norms in the gemms),
+//! seven where only the qkv/rope and gate·up fusions hold.
 
-use super::layer_weights::{GateUpWeights, QkvWeights, load_gate_up, load_qkv, load_repacked};
+use super::fusion::Fusion;
+use super::layer_weights::{
+    GateUpWeights, QkvWeights, load_repacked, read_gate_up, read_qkv, upload_gate_up, upload_qkv,
+};
 use super::rope::rope_table_scaled;
 use super::{ModelConfig, ModelError, ModelFiles, RawTensor, backend_err};
-use crate::backend::{Backend, NormArgs, PagedKv, RopeArgs, Rows, WeightInfo};
+use crate::backend::{Backend, Elementwise, NormArgs, PagedKv, RopeArgs, Rows, WeightInfo};
 use crate::quant;
 
 /// One decoder layer's weights.
@@ -26,12 +30,38 @@ pub struct Layer<B: Backend> {
     // gate_up: gate, up (inter, hidden); down: (hidden, inter)
     pub gate_up: GateUpWeights<B::Weight>,
     pub down: B::Weight,
+    // qkv_bias: (qkv_width) f32, q|k|v; q_norm, k_norm: (hd) f32
+    pub qkv_bias: Option<B::Buffer>,
+    pub q_norm: Option<B::Buffer>,
+    pub k_norm: Option<B::Buffer>,
+    // post_attn_norm, post_ffn_norm: (hidden) f32
+    pub post_attn_norm: Option<B::Buffer>,
+    pub post_ffn_norm: Option<B::Buffer>,
+    /// Which of the model's rope tables the layer reads.
+    pub rope: usize,
+    /// The layer's sliding window (0: none).
+    pub window: u32,
 }
 
 impl<B: Backend> Layer<B> {
     /// Whether the layer's gemms can take its norms (the fused qkv and gate·up weights).
-    fn fuses_norm(&self) -> bool {
+    fn has_fused_weights(&self) -> bool {
         matches!(self.qkv, QkvWeights::RopeFused(_)) && matches!(self.gate_up, GateUpWeights::Interleaved(_))
+    }
+
+    /// Every vector of the layer (norms, biases).
+    pub fn vectors(&self) -> Vec<&B::Buffer> {
+        let mut v = vec![&self.attn_norm, &self.ffn_norm];
+        for b in [
+            &self.qkv_bias,
+            &self.q_norm,
+            &self.k_norm,
+            &self.post_attn_norm,
+            &self.post_ffn_norm,
+        ] {
+            v.extend(b.as_ref());
+        }
+        v
     }
 
     /// Every matrix of the layer.
@@ -45,7 +75,7 @@ impl<B: Backend> Layer<B> {
 }
 
 /// The model resident on the GPU.
-pub struct LlamaModel<B: Backend> {
+pub struct DecoderModel<B: Backend> {
     pub cfg: ModelConfig,
     // embed: (vocab, hidden); also the LM head when embeddings are tied
     pub embed: B::Weight,
@@ -53,10 +83,12 @@ pub struct LlamaModel<B: Backend> {
     // final_norm: (hidden) f32
     pub final_norm: B::Buffer,
     pub lm_head: Option<B::Weight>,
-    // rope: (max_context, hd/2) vec2<f32> (cos, sin)
-    pub rope: B::Buffer,
+    // ropes: (max_context, hd/2) vec2<f32> (cos, sin), one per distinct rope base
+    pub ropes: Vec<B::Buffer>,
     /// Bytes of weights on the GPU.
     pub weight_bytes: u64,
+    /// What runs fused (decided at load).
+    pub fusion: Fusion,
 }
 
 /// What one forward pass reads and writes besides the weights: the step's
@@ -102,6 +134,8 @@ pub struct Activations<B: Backend> {
     pub xf: B::Buffer,
     pub logits: B::Buffer,
     pub sampled: B::Buffer,
+    // post: (max_tokens, hidden), a sublayer's output after its post-norm (Gemma)
+    pub post: Option<B::Buffer>,
 }
 
 impl<B: Backend> Activations<B> {
@@ -118,6 +152,10 @@ impl<B: Backend> Activations<B> {
             xf: f(max_rows * cfg.hidden)?,
             logits: f(max_rows * cfg.vocab)?,
             sampled: f(max_rows)?,
+            post: match cfg.spec.post_norms {
+                true => Some(f(max_tokens * cfg.hidden)?),
+                false => None,
+            },
         })
     }
 
@@ -135,7 +173,8 @@ impl<B: Backend> Activations<B> {
             &self.logits,
             &self.sampled,
         ]
-        .iter()
+        .into_iter()
+        .chain(&self.post)
         .map(|b| ks.buffer_bytes(b))
         .sum()
     }
@@ -163,49 +202,105 @@ fn load_matrix<B: Backend>(
     ks.upload_weight(&r, name).map_err(backend_err)
 }
 
-fn load_vector<B: Backend>(ks: &B, files: &ModelFiles, name: &str, len: usize) -> Result<B::Buffer, ModelError> {
+fn read_vector(files: &ModelFiles, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
     let t = files.tensor(name)?;
     check_shape(&t, 1, len)?;
-    let v = quant::dequantize(t.format, &t.bytes, 1, len).map_err(|source| ModelError::Tensor {
+    quant::dequantize(t.format, &t.bytes, 1, len).map_err(|source| ModelError::Tensor {
         name: t.name.clone(),
         source,
-    })?;
-    ks.upload(bytemuck::cast_slice(&v), name).map_err(backend_err)
+    })
 }
 
-impl<B: Backend> LlamaModel<B> {
-    /// Uploads every weight, checking each shape against `cfg`, and prepares the kernels.
+fn upload_f32<B: Backend>(ks: &B, v: &[f32], label: &str) -> Result<B::Buffer, ModelError> {
+    ks.upload(bytemuck::cast_slice(v), label).map_err(backend_err)
+}
+
+/// An RMSNorm weight, with the family's offset added (Hugging Face Gemma's 1 + w).
+fn load_norm<B: Backend>(
+    ks: &B,
+    files: &ModelFiles,
+    cfg: &ModelConfig,
+    name: &str,
+    len: usize,
+) -> Result<B::Buffer, ModelError> {
+    let mut v = read_vector(files, name, len)?;
+    if cfg.spec.norm_offset != 0.0 {
+        v.iter_mut().for_each(|x| *x += cfg.spec.norm_offset);
+    }
+    upload_f32(ks, &v, name)
+}
+
+/// Layer `l`'s q, k and v biases as one q|k|v vector.
+fn load_qkv_bias<B: Backend>(ks: &B, files: &ModelFiles, cfg: &ModelConfig, l: usize) -> Result<B::Buffer, ModelError> {
+    let (q, kv) = (cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim);
+    let mut v = read_vector(files, &format!("blk.{l}.attn_q.bias"), q)?;
+    v.extend(read_vector(files, &format!("blk.{l}.attn_k.bias"), kv)?);
+    v.extend(read_vector(files, &format!("blk.{l}.attn_v.bias"), kv)?);
+    upload_f32(ks, &v, &format!("blk.{l}.attn_qkv.bias"))
+}
+
+impl<B: Backend> DecoderModel<B> {
+    /// Uploads every weight, checking each shape against `cfg`, lays the
+    /// projections out for the fusion plan, and prepares the kernels.
     pub fn load(ks: &B, files: &ModelFiles, cfg: &ModelConfig) -> Result<Self, ModelError> {
         let (hd, h, hq, hk, inter) = (cfg.head_dim, cfg.hidden, cfg.heads, cfg.kv_heads, cfg.intermediate);
+        let spec = &cfg.spec;
+        let plan = Fusion::decide(ks, cfg);
         let embed = load_matrix(ks, files, "token_embd.weight", cfg.vocab, h)?;
+        let mut thetas: Vec<f64> = Vec::new();
         let mut layers = Vec::with_capacity(cfg.layers);
         for l in 0..cfg.layers {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
+            let norm = |name: &str, len| load_norm(ks, files, cfg, &n(name), len);
+            let opt_norm = |on: bool, name: &str, len| on.then(|| norm(name, len)).transpose();
+            let qkv = read_qkv(files, l, hq * hd, hk * hd, h, spec.qkv_storage)?;
+            let gate_up = read_gate_up(files, l, inter, h, spec.gate_up_storage)?;
+            let theta = cfg.rope_theta_of(l);
+            let rope = match thetas.iter().position(|&t| t == theta) {
+                Some(i) => i,
+                None => {
+                    thetas.push(theta);
+                    thetas.len() - 1
+                }
+            };
             layers.push(Layer {
-                attn_norm: load_vector(ks, files, &n("attn_norm"), h)?,
-                ffn_norm: load_vector(ks, files, &n("ffn_norm"), h)?,
-                qkv: load_qkv(ks, files, l, hq * hd, hk * hd, h, hd, cfg.rope_pairing)?,
+                attn_norm: norm("attn_norm", h)?,
+                ffn_norm: norm("ffn_norm", h)?,
+                qkv: upload_qkv(ks, qkv, l, hd, cfg.rope_pairing, plan.qkv_rope)?,
                 o: load_matrix(ks, files, &n("attn_output"), h, hq * hd)?,
-                gate_up: load_gate_up(ks, files, l, inter, h)?,
+                gate_up: upload_gate_up(ks, gate_up, l, plan.gate_up_act)?,
                 down: load_matrix(ks, files, &n("ffn_down"), h, inter)?,
+                qkv_bias: spec.qkv_bias.then(|| load_qkv_bias(ks, files, cfg, l)).transpose()?,
+                q_norm: opt_norm(spec.qk_norm, "attn_q_norm", hd)?,
+                k_norm: opt_norm(spec.qk_norm, "attn_k_norm", hd)?,
+                post_attn_norm: opt_norm(spec.post_norms, "post_attention_norm", h)?,
+                post_ffn_norm: opt_norm(spec.post_norms, "post_ffw_norm", h)?,
+                rope,
+                window: spec.window(l).map_or(0, |w| w as u32),
             });
         }
-        let final_norm = load_vector(ks, files, "output_norm.weight", h)?;
+        let fusion = plan.settle(layers.iter().all(Layer::has_fused_weights));
+        let final_norm = load_norm(ks, files, cfg, "output_norm.weight", h)?;
         let lm_head = if files.has("output.weight") {
             Some(load_matrix(ks, files, "output.weight", cfg.vocab, h)?)
         } else {
             None
         };
-        let table = rope_table_scaled(cfg.max_context, hd, cfg.rope_theta, cfg.rope_freq_factors.as_deref());
-        let rope = ks
-            .upload(bytemuck::cast_slice(&table), "rope table")
-            .map_err(backend_err)?;
+        let ropes = thetas
+            .iter()
+            .map(|&theta| {
+                let table = rope_table_scaled(cfg.max_context, hd, theta, cfg.rope_freq_factors.as_deref());
+                upload_f32(ks, &table, "rope table")
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let mut weight_bytes = embed.device_bytes() + lm_head.as_ref().map_or(0, |w| w.device_bytes());
         for l in &layers {
             for w in l.matrices() {
                 weight_bytes += WeightInfo::device_bytes(w);
             }
-            weight_bytes += ks.buffer_bytes(&l.attn_norm) + ks.buffer_bytes(&l.ffn_norm);
+            for b in l.vectors() {
+                weight_bytes += ks.buffer_bytes(b);
+            }
         }
         let model = Self {
             cfg: cfg.clone(),
@@ -213,8 +308,9 @@ impl<B: Backend> LlamaModel<B> {
             layers,
             final_norm,
             lm_head,
-            rope,
+            ropes,
             weight_bytes,
+            fusion,
         };
         model.prepare(ks)?;
         Ok(model)
@@ -267,17 +363,34 @@ impl<B: Backend> LlamaModel<B> {
         let (hidden, inter, qkv_w) = (c.hidden as u32, c.intermediate as u32, c.qkv_width() as u32);
         let eps = c.rms_eps;
         ks.embed(enc, &self.embed, f.input_ids, t, &b.h)?;
+        if let Some(s) = c.spec.embed_scale {
+            ks.elementwise(enc, &b.h, t * hidden, Elementwise::Scale(s))?;
+        }
         // With the norms fused, h is the residual stream throughout: the qkv
         // and gate·up gemms normalise it as they read it, o and down add to it.
-        let fused = ks.fuses_norm(hidden) && self.layers.iter().all(Layer::fuses_norm);
+        // Else `pending` holds the last sublayer's output, not yet added to h.
+        let fused = self.fusion.norms;
         let norm = |w| fused.then_some(NormArgs { w, eps });
-        let (x, mlp_out) = if fused { (&b.h, &b.h) } else { (&b.x, &b.delta) };
-        let x = Rows::new(x, c.hidden);
+        let x = Rows::new(if fused { &b.h } else { &b.x }, c.hidden);
+        let mut pending: Option<&B::Buffer> = None;
+        // A sublayer's output in delta, after its post-norm where the layer has one.
+        let post_norm = |enc: &mut B::Step, w: Option<&B::Buffer>| -> Result<&B::Buffer, B::Error> {
+            match (w, &b.post) {
+                (Some(w), Some(post)) => {
+                    ks.rms_norm(enc, Rows::new(&b.delta, c.hidden), w, None, None, eps, t, hidden, post)?;
+                    Ok(post)
+                }
+                _ => Ok(&b.delta),
+            }
+        };
         for (l, layer) in self.layers.iter().enumerate() {
             // Layer 0 normalises the embeddings; later layers first add the last
-            // MLP output (in delta) to the residual stream h.
-            let (input, residual) = if l == 0 { (&b.h, None) } else { (&b.delta, Some(&b.h)) };
+            // MLP output to the residual stream h.
             if !fused {
+                let (input, residual) = match pending {
+                    None => (&b.h, None),
+                    Some(p) => (p, Some(&b.h)),
+                };
                 ks.rms_norm(
                     enc,
                     Rows::new(input, c.hidden),
@@ -307,10 +420,16 @@ impl<B: Backend> LlamaModel<B> {
                 max_blocks: f.max_blocks,
                 kv_rows: f.kv_rows,
                 max_query_len: f.max_query_len,
+                window: layer.window,
+                scale: c
+                    .spec
+                    .attn_scale
+                    .unwrap_or_else(|| PagedKv::<B::Buffer>::default_scale(hd)),
+                softcap: c.spec.attn_softcap.unwrap_or(0.0),
             };
             let rope = RopeArgs {
                 positions: f.positions,
-                table: &self.rope,
+                table: &self.ropes[layer.rope],
                 max_pos: c.max_context as u32,
                 pairing: c.rope_pairing,
             };
@@ -319,16 +438,22 @@ impl<B: Backend> LlamaModel<B> {
                 QkvWeights::RopeFused(w) => {
                     ks.gemm_rope_kv(enc, w, x, attn_norm, qkv_at(0), rope, paged, hq, f.slot_mapping, t)?
                 }
-                QkvWeights::Stacked(w) => {
-                    ks.gemm(enc, w, x, qkv_at(0), t)?;
-                    ks.rope_cache_write(enc, &b.qkv, qkv_w, rope, paged, hq, f.slot_mapping, t)?;
-                }
+                QkvWeights::Stacked(w) => ks.gemm(enc, w, x, qkv_at(0), t)?,
                 QkvWeights::Split { q, k, v } => {
                     ks.gemm(enc, q, x, qkv_at(0), t)?;
                     ks.gemm(enc, k, x, qkv_at(hq * hd), t)?;
                     ks.gemm(enc, v, x, qkv_at((hq + hk) * hd), t)?;
-                    ks.rope_cache_write(enc, &b.qkv, qkv_w, rope, paged, hq, f.slot_mapping, t)?;
                 }
+            }
+            if !matches!(layer.qkv, QkvWeights::RopeFused(_)) {
+                if let Some(bias) = &layer.qkv_bias {
+                    ks.add_bias(enc, qkv_at(0), bias, qkv_w, t)?;
+                }
+                if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                    ks.head_norm(enc, qkv_at(0), qn, eps, hq, hd, t)?;
+                    ks.head_norm(enc, qkv_at(hq * hd), kn, eps, hk, hd, t)?;
+                }
+                ks.rope_cache_write(enc, &b.qkv, qkv_w, rope, paged, hq, f.slot_mapping, t)?;
             }
             ks.paged_attention(enc, &b.qkv, qkv_w, paged, hq, t, &b.attn)?;
             let attn = Rows::new(&b.attn, (hq * hd) as usize);
@@ -336,8 +461,9 @@ impl<B: Backend> LlamaModel<B> {
                 ks.gemm_residual(enc, &layer.o, attn, Rows::new(&b.h, c.hidden), t)?;
             } else {
                 ks.gemm(enc, &layer.o, attn, Rows::new(&b.delta, c.hidden), t)?;
-                let delta = Rows::new(&b.delta, c.hidden);
-                ks.rms_norm(enc, delta, &layer.ffn_norm, Some(&b.h), None, eps, t, hidden, &b.x)?;
+                let out = post_norm(enc, layer.post_attn_norm.as_ref())?;
+                let out = Rows::new(out, c.hidden);
+                ks.rms_norm(enc, out, &layer.ffn_norm, Some(&b.h), None, eps, t, hidden, &b.x)?;
             }
             let gu_at = |off: u32| Rows {
                 buf: &b.gu,
@@ -351,23 +477,27 @@ impl<B: Backend> LlamaModel<B> {
                 }
                 GateUpWeights::Stacked(w) => {
                     ks.gemm(enc, w, x, gu_at(0), t)?;
-                    ks.silu_mul(enc, &b.gu, &b.act, t, inter)?;
+                    ks.act_mul(enc, &b.gu, &b.act, t, inter, c.spec.act)?;
                 }
                 GateUpWeights::Split { gate, up } => {
                     ks.gemm(enc, gate, x, gu_at(0), t)?;
                     ks.gemm(enc, up, x, gu_at(inter), t)?;
-                    ks.silu_mul(enc, &b.gu, &b.act, t, inter)?;
+                    ks.act_mul(enc, &b.gu, &b.act, t, inter, c.spec.act)?;
                 }
             }
-            let (act, out) = (Rows::new(&b.act, c.intermediate), Rows::new(mlp_out, c.hidden));
+            let act = Rows::new(&b.act, c.intermediate);
             if fused {
-                ks.gemm_residual(enc, &layer.down, act, out, t)?;
+                ks.gemm_residual(enc, &layer.down, act, Rows::new(&b.h, c.hidden), t)?;
             } else {
-                ks.gemm(enc, &layer.down, act, out, t)?;
+                ks.gemm(enc, &layer.down, act, Rows::new(&b.delta, c.hidden), t)?;
+                pending = Some(post_norm(enc, layer.post_ffn_norm.as_ref())?);
             }
         }
-        // The last MLP output is in h already where the norms are fused, else in delta.
-        let (last, residual) = if fused { (&b.h, None) } else { (&b.delta, Some(&b.h)) };
+        // The last MLP output is in h already where the norms are fused, else pending.
+        let (last, residual) = match pending {
+            Some(p) if !fused => (p, Some(&b.h)),
+            _ => (&b.h, None),
+        };
         ks.rms_norm(
             enc,
             Rows::new(last, c.hidden),
@@ -386,6 +516,9 @@ impl<B: Backend> LlamaModel<B> {
             Rows::new(&b.logits, c.vocab),
             n_rows,
         )?;
+        if let Some(cap) = c.spec.final_softcap {
+            ks.elementwise(enc, &b.logits, n_rows * c.vocab as u32, Elementwise::Softcap(cap))?;
+        }
         ks.argmax(enc, &b.logits, c.vocab as u32, n_rows, &b.sampled)?;
         Ok(())
     }
