@@ -10,6 +10,11 @@ use rand::rngs::StdRng;
 use wllm::quant::WeightFormat;
 
 pub struct TinySpec {
+    /// `general.architecture`: llama, qwen2, qwen3, gemma2, gemma3 or phi3
+    /// (each family's extra tensors and keys are written).
+    pub arch: &'static str,
+    /// `{arch}.attention.sliding_window` (0: none).
+    pub sliding_window: u32,
     pub hidden: usize,
     pub layers: usize,
     pub heads: usize,
@@ -28,6 +33,8 @@ pub struct TinySpec {
 impl Default for TinySpec {
     fn default() -> Self {
         Self {
+            arch: "llama",
+            sliding_window: 0,
             hidden: 64,
             layers: 2,
             heads: 4,
@@ -174,17 +181,31 @@ pub fn write_tiny_gguf(dir: &Path, name: &str, spec: &TinySpec, r: &mut StdRng) 
     let mut types = vec![1i32; vocab];
     types[256] = 3;
     types[257] = 3;
-    let kv: Vec<(&str, Val)> = vec![
-        ("general.architecture", Val::Str("llama".into())),
-        ("llama.block_count", Val::U32(spec.layers as u32)),
-        ("llama.context_length", Val::U32(spec.context as u32)),
-        ("llama.embedding_length", Val::U32(spec.hidden as u32)),
-        ("llama.feed_forward_length", Val::U32(spec.inter as u32)),
-        ("llama.attention.head_count", Val::U32(spec.heads as u32)),
-        ("llama.attention.head_count_kv", Val::U32(spec.kv_heads as u32)),
-        ("llama.rope.freq_base", Val::F32(10000.0)),
-        ("llama.attention.layer_norm_rms_epsilon", Val::F32(1e-5)),
-        ("llama.vocab_size", Val::U32(vocab as u32)),
+    let a = spec.arch;
+    let key = |k: &str| format!("{a}.{k}");
+    let mut arch_kv: Vec<(String, Val)> = vec![
+        (key("block_count"), Val::U32(spec.layers as u32)),
+        (key("context_length"), Val::U32(spec.context as u32)),
+        (key("embedding_length"), Val::U32(spec.hidden as u32)),
+        (key("feed_forward_length"), Val::U32(spec.inter as u32)),
+        (key("attention.head_count"), Val::U32(spec.heads as u32)),
+        (key("attention.head_count_kv"), Val::U32(spec.kv_heads as u32)),
+        (
+            key("rope.freq_base"),
+            Val::F32(if a == "gemma3" { 1_000_000.0 } else { 10000.0 }),
+        ),
+        (key("attention.layer_norm_rms_epsilon"), Val::F32(1e-5)),
+        (key("vocab_size"), Val::U32(vocab as u32)),
+    ];
+    if spec.sliding_window > 0 {
+        arch_kv.push((key("attention.sliding_window"), Val::U32(spec.sliding_window)));
+    }
+    if a == "gemma2" {
+        arch_kv.push((key("attn_logit_softcapping"), Val::F32(1.5)));
+        arch_kv.push((key("final_logit_softcapping"), Val::F32(2.5)));
+    }
+    let common: Vec<(&str, Val)> = vec![
+        ("general.architecture", Val::Str(a.into())),
         ("tokenizer.ggml.model", Val::Str("gpt2".into())),
         ("tokenizer.ggml.pre", Val::Str("default".into())),
         ("tokenizer.ggml.tokens", Val::StrArr(tokens)),
@@ -198,24 +219,49 @@ pub fn write_tiny_gguf(dir: &Path, name: &str, spec: &TinySpec, r: &mut StdRng) 
             Val::Str("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}".into()),
         ),
     ];
+    let mut kv = arch_kv;
+    kv.extend(common.into_iter().map(|(k, v)| (k.to_string(), v)));
     let (h, q) = (spec.hidden, spec.heads * hd);
     let kvw = spec.kv_heads * hd;
     let mut tensors: Vec<(String, Vec<usize>, WeightFormat)> =
         vec![("token_embd.weight".into(), vec![h, vocab], WeightFormat::Q8_0)];
     let formats = &spec.formats;
+    let gemma = a.starts_with("gemma");
     for l in 0..spec.layers {
         let n = |s: &str| format!("blk.{l}.{s}.weight");
         tensors.push((n("attn_norm"), vec![h], WeightFormat::F32));
         tensors.push((n("ffn_norm"), vec![h], WeightFormat::F32));
-        let mats = [
-            ("attn_q", h, q),
-            ("attn_k", h, kvw),
-            ("attn_v", h, kvw),
-            ("attn_output", q, h),
-            ("ffn_gate", h, spec.inter),
-            ("ffn_up", h, spec.inter),
-            ("ffn_down", spec.inter, h),
-        ];
+        if a == "qwen2" {
+            for (t, w) in [("attn_q", q), ("attn_k", kvw), ("attn_v", kvw)] {
+                tensors.push((format!("blk.{l}.{t}.bias"), vec![w], WeightFormat::F32));
+            }
+        }
+        if a == "qwen3" || a == "gemma3" {
+            tensors.push((n("attn_q_norm"), vec![hd], WeightFormat::F32));
+            tensors.push((n("attn_k_norm"), vec![hd], WeightFormat::F32));
+        }
+        if gemma {
+            tensors.push((n("post_attention_norm"), vec![h], WeightFormat::F32));
+            tensors.push((n("post_ffw_norm"), vec![h], WeightFormat::F32));
+        }
+        let mats: Vec<(&str, usize, usize)> = if a == "phi3" {
+            vec![
+                ("attn_qkv", h, q + 2 * kvw),
+                ("attn_output", q, h),
+                ("ffn_up", h, 2 * spec.inter),
+                ("ffn_down", spec.inter, h),
+            ]
+        } else {
+            vec![
+                ("attn_q", h, q),
+                ("attn_k", h, kvw),
+                ("attn_v", h, kvw),
+                ("attn_output", q, h),
+                ("ffn_gate", h, spec.inter),
+                ("ffn_up", h, spec.inter),
+                ("ffn_down", spec.inter, h),
+            ]
+        };
         for (i, (name, k, nrows)) in mats.into_iter().enumerate() {
             tensors.push((n(name), vec![k, nrows], formats[(8 * l + i) % formats.len()]));
         }
@@ -270,6 +316,8 @@ pub fn write_tiny_gguf(dir: &Path, name: &str, spec: &TinySpec, r: &mut StdRng) 
         let k = dims[0];
         let v: Vec<f32> = if name == "rope_freqs.weight" {
             spec.rope_freqs.clone().unwrap_or_default()
+        } else if name.ends_with(".bias") {
+            (0..n).map(|_| r.random_range(-0.5..0.5)).collect()
         } else if dims.len() == 1 {
             (0..n).map(|_| r.random_range(0.8..1.2)).collect()
         } else {
