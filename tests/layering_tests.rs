@@ -49,7 +49,9 @@ fn imports(mods: &BTreeMap<Module, String>) -> BTreeMap<Module, BTreeSet<Module>
     for (m, src) in mods {
         let bin = m.first().is_some_and(|f| f == "<bin>");
         let mut out = BTreeSet::new();
-        for line in src.lines().map(|l| l.split("//").next().unwrap_or("")) {
+        let code: Vec<&str> = src.lines().map(|l| l.split("//").next().unwrap_or("")).collect();
+        let grouped = expand_groups(&code.join("\n"));
+        for line in code.into_iter().chain(grouped.iter().map(String::as_str)) {
             for (i, _) in line.match_indices("::") {
                 let start = line[..i]
                     .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
@@ -84,6 +86,69 @@ fn imports(mods: &BTreeMap<Module, String>) -> BTreeMap<Module, BTreeSet<Module>
         edges.insert(m.clone(), out);
     }
     edges
+}
+
+/// Each path of a grouped import (`use super::{a, b::c, d::{self, e}}`, over
+/// any number of lines) as a path of its own: `super::a`, `super::b::c`,
+/// `super::d::self`, `super::d::e`.
+fn expand_groups(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find("::{").map(|i| i + from) {
+        from = at + 3;
+        let start = code[..at]
+            .rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+            .map_or(0, |s| s + 1);
+        let prefix = &code[start..at];
+        // The group's items, split at its top-level commas.
+        let (mut depth, mut item, mut items) = (1, String::new(), Vec::new());
+        for (i, c) in code[at + 3..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                _ => {}
+            }
+            if depth == 0 {
+                // Nested groups are expanded with their prefix below, not again here.
+                from = at + 3 + i;
+                break;
+            }
+            if c == ',' && depth == 1 {
+                items.push(std::mem::take(&mut item));
+            } else {
+                item.push(c);
+            }
+        }
+        items.push(item);
+        for it in items
+            .iter()
+            .map(|i| i.split_whitespace().collect::<String>())
+            .filter(|i| !i.is_empty())
+        {
+            let path = format!("{prefix}::{it}");
+            if path.contains("::{") {
+                out.extend(expand_groups(&path));
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn grouped_imports_are_read_path_by_path() {
+    let got = expand_groups("use super::{a, b::c,\n    d::{self, e}};\nuse crate::x::{Y as Z};");
+    assert_eq!(
+        got,
+        [
+            "super::a",
+            "super::b::c",
+            "super::d::self",
+            "super::d::e",
+            "crate::x::YasZ"
+        ]
+    );
 }
 
 fn is_ancestor(a: &Module, b: &Module) -> bool {

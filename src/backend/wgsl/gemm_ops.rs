@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use super::gemm::{self, GemmParams, GemmVariant};
 use super::weight::scale_binding;
-use super::{Binding, Bound, BufSlice, GpuError, GpuWeight, Kernel, Kernels, PagedKv, R, RW, RopeArgs, Rows, ops};
+use super::{Binding, Bound, BufSlice, GpuError, GpuWeight, Kernel, Kernels, PagedKv, R, RW, RopeArgs, Rows, kv_tex};
 use crate::backend::NormArgs;
 use crate::gpu::StepEncoder;
 use crate::quant::WeightFormat;
@@ -507,7 +507,7 @@ impl Kernels {
                 (p.hd, p.pairing, p.max_pos) = (kv.head_dim, rope.pairing as u32, rope.max_pos);
                 let [k_cache, v_cache] = match kv_tex {
                     Some(tex) => tex.clone(),
-                    None => ops::kv_caches(kv).map(Bound::Buf),
+                    None => kv_tex::kv_caches(kv).map(Bound::Buf),
                 };
                 bufs.extend(
                     [

@@ -182,3 +182,17 @@ impl super::Kernels {
         Ok(out)
     }
 }
+
+/// The first `rows` rows of a KV cache buffer (all of it if that is less):
+/// binding only the pool's used prefix means wgpu zero-fills, and the driver
+/// touches, only that much of a large pool.
+pub(crate) fn kv_prefix(buf: &wgpu::Buffer, rows: u32, row_bytes: u64) -> BufSlice {
+    let bytes = (u64::from(rows) * row_bytes).clamp(4, buf.size());
+    BufSlice::range(buf, 0, bytes)
+}
+
+/// The K and V caches' used prefixes (`kv_prefix` of both, rows of kv_heads · head_dim floats).
+pub(crate) fn kv_caches(kv: &super::PagedKv) -> [BufSlice; 2] {
+    let row_bytes = u64::from(kv.kv_heads * kv.head_dim) * 4;
+    [kv.k_cache, kv.v_cache].map(|c| kv_prefix(c, kv.kv_rows, row_bytes))
+}

@@ -4,7 +4,8 @@
 //! steps reuse their bind groups (`Kernels::bind_cache`).
 
 use super::embed::EmbedParams;
-use super::{GpuWeight, Kernels, PagedKv, Rows, gemm_ops, kv_tex};
+use super::kv_tex::{self, kv_caches, kv_prefix};
+use super::{GpuWeight, Kernels, PagedKv, Rows, gemm_ops};
 use crate::backend::{Activation, Backend, Elementwise, MaskedArgmax, NormArgs, RopeArgs, RopePairing, WeightInfo};
 use crate::gpu::{Bound, BufSlice, GpuError, StepEncoder};
 use crate::quant::{Repacked, WeightFormat};
@@ -49,20 +50,6 @@ struct RopeParams {
     pairing: u32,
     max_pos: u32,
     pad: [u32; 2],
-}
-
-/// The first `rows` rows of a KV cache buffer (all of it if that is less):
-/// binding only the pool's used prefix means wgpu zero-fills, and the driver
-/// touches, only that much of a large pool.
-pub(super) fn kv_prefix(buf: &wgpu::Buffer, rows: u32, row_bytes: u64) -> BufSlice {
-    let bytes = (u64::from(rows) * row_bytes).clamp(4, buf.size());
-    BufSlice::range(buf, 0, bytes)
-}
-
-/// The K and V caches' used prefixes (`kv_prefix` of both, rows of kv_heads · head_dim floats).
-pub(super) fn kv_caches(kv: &PagedKv) -> [BufSlice; 2] {
-    let row_bytes = u64::from(kv.kv_heads * kv.head_dim) * 4;
-    [kv.k_cache, kv.v_cache].map(|c| kv_prefix(c, kv.kv_rows, row_bytes))
 }
 
 fn u32s(v: &[u32; 4]) -> &[u8] {
