@@ -104,7 +104,9 @@ impl ModelConfig {
     pub fn from_hf_json(text: &str) -> Result<Self, ModelError> {
         let bad_json = |e: serde_json::Error| ModelError::Config(format!("config.json: {e}"));
         let arch: HfArch = serde_json::from_str(text).map_err(bad_json)?;
-        let family = arch::by_hf(&arch.model_type).ok_or_else(|| ModelError::UnsupportedArch(arch.model_type))?;
+        let Some(family) = arch::by_hf(&arch.model_type) else {
+            return Err(ModelError::UnsupportedArch(arch.model_type));
+        };
         let j: HfConfig = serde_json::from_str(text).map_err(bad_json)?;
         let heads = j.num_attention_heads;
         let head_dim = j.head_dim.unwrap_or(j.hidden_size / heads.max(1));

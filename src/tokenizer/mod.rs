@@ -252,7 +252,8 @@ impl Tokenizer {
             chat_template: g
                 .get("tokenizer.chat_template")
                 .and_then(Value::as_str)
-                .map(String::from),
+                .map(String::from)
+                .or_else(|| builtin_template(g)),
             inner: Inner::Spm(Box::new(vocab)),
         })
     }
@@ -407,6 +408,20 @@ impl Tokenizer {
         })
         .map_err(|e| TokenizerError::Template(e.to_string()))
     }
+}
+
+/// Gemma's turn format, for GGUF files that carry no template (as llama.cpp's
+/// built-in "gemma" template: a system message opens the first user turn).
+const GEMMA_TEMPLATE: &str = "{{ bos_token }}{% set sys = namespace(text='') %}{% for m in messages %}\
+{% if m.role == 'system' %}{% set sys.text = m.content + '\n\n' %}{% else %}<start_of_turn>\
+{{ 'model' if m.role == 'assistant' else m.role }}\n{{ sys.text if m.role == 'user' else '' }}{{ m.content | trim }}\
+<end_of_turn>\n{% if m.role == 'user' %}{% set sys.text = '' %}{% endif %}{% endif %}{% endfor %}\
+{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}";
+
+/// The chat template of a family whose GGUF files often lack one.
+fn builtin_template(g: &GgufFile) -> Option<String> {
+    let arch = g.get("general.architecture").and_then(Value::as_str)?;
+    arch.starts_with("gemma").then(|| GEMMA_TEMPLATE.to_string())
 }
 
 /// Turns a growing list of token ids into text deltas, holding back bytes that do

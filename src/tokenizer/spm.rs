@@ -12,6 +12,7 @@
 //!   pair forms a token;
 //! - a piece that is no token is split back into the pairs it was merged from,
 //!   and what is still no token falls back to its bytes (`<0xXX>` tokens).
+//!
 //! Decoding turns '▁' back into spaces and byte tokens into their bytes.
 
 use std::collections::{BinaryHeap, HashMap};

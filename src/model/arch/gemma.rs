@@ -6,8 +6,10 @@
 //! - Gemma 3: five windowed layers to one global (l % 6 < 5), the windowed
 //!   ones with rope base 10 000 (the global ones the file's, 1 000 000),
 //!   q and k head norms, no soft-caps.
+//!
 //! The score scale is 1/√query_pre_attn_scalar (llama.cpp: 1/√head_dim, or
 //! 1/√(hidden/heads) for the 27B models, which GGUF does not record otherwise).
+//!
 //! A Hugging Face Gemma stores each norm weight as w and applies 1 + w
 //! (`norm_offset`); its `post_attention_layernorm` is the norm after
 //! attention, not Llama's norm before the MLP (`pre_feedforward_layernorm`).
