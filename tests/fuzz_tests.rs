@@ -297,7 +297,8 @@ fn tokenizer_files_survive_mutations() {
         };
         std::fs::write(work.join("tokenizer.json"), &a).unwrap();
         std::fs::write(work.join("tokenizer_config.json"), &b).unwrap();
-        within(256 * (a.len() + b.len()) + (32 << 20), "tokenizer", || {
+        // (40 MiB of slack: a duplicated span in tokenizer.json took the tokenizers crate to 33.4 MiB.)
+        within(256 * (a.len() + b.len()) + (40 << 20), "tokenizer", || {
             if let Ok(t) = wllm::tokenizer::Tokenizer::from_hf_dir(&work) {
                 let _ = t.encode("Hello, wörld 123 <|im_start|>");
                 let _ = t.apply_chat_template(&[wllm::ChatMessage::new("user", "hi")]);
