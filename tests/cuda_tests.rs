@@ -62,7 +62,9 @@ fn program_source_names_each_kernel_file() {
         assert!(src.contains(&format!("#line 1 \"{name}\"")), "{name} is not marked");
         assert!(src.contains(body), "{name} is missing from the program");
     }
-    assert_eq!(program::entry_points().len(), 7 + 3 * WeightFormat::ALL.len());
+    // The ops (rms_norm, rope, act_mul, bias_add, head_norm, elementwise, cache_write,
+    // argmax, masked_argmax, paged_attention), then gemm, embed and dequant a format.
+    assert_eq!(program::entry_points().len(), 10 + 3 * WeightFormat::ALL.len());
 }
 
 /// The cuda backend on the CPU emulation, or `None` after printing why it cannot be built.

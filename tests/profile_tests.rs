@@ -109,7 +109,7 @@ fn profile_prints_a_row_per_kernel_against_the_roofs() {
     // adapters, takes rope then cache_write_tex instead of rope_cache_write).
     for (epilogue, own) in [
         ("_rope", &["| rope_cache_write", "| cache_write_tex"][..]),
-        ("_silu", &["| silu_mul"][..]),
+        ("_silu", &["| act_mul"][..]),
     ] {
         let row = text
             .lines()
