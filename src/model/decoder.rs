@@ -12,10 +12,10 @@
 
 use super::fusion::Fusion;
 use super::layer_weights::{
-    GateUpWeights, QkvWeights, load_repacked, read_gate_up, read_qkv, upload_gate_up, upload_qkv,
+    GateUpWeights, QkvWeights, check_shape, load_repacked, read_gate_up, read_qkv, upload_gate_up, upload_qkv,
 };
 use super::rope::rope_table_scaled;
-use super::{ModelConfig, ModelError, ModelFiles, RawTensor, backend_err};
+use super::{ModelConfig, ModelError, ModelFiles, backend_err};
 use crate::backend::{Backend, Elementwise, NormArgs, PagedKv, RopeArgs, Rows, WeightInfo};
 use crate::quant;
 
@@ -178,17 +178,6 @@ impl<B: Backend> Activations<B> {
         .map(|b| ks.buffer_bytes(b))
         .sum()
     }
-}
-
-fn check_shape(t: &RawTensor, rows: usize, cols: usize) -> Result<(), ModelError> {
-    if t.rows != rows || t.cols != cols {
-        return Err(ModelError::Shape {
-            name: t.name.clone(),
-            got: vec![t.rows, t.cols],
-            want: vec![rows, cols],
-        });
-    }
-    Ok(())
 }
 
 fn load_matrix<B: Backend>(

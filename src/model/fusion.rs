@@ -31,7 +31,7 @@ impl Fusion {
     /// The plan for `cfg`'s family on backend `ks`, before the weights are seen.
     pub fn decide<B: Backend>(ks: &B, cfg: &ModelConfig) -> Self {
         let s = &cfg.spec;
-        let qkv_rope = ks.fuses_qkv_rope() && !s.qkv_bias && !s.qk_norm && cfg.head_dim.is_multiple_of(2);
+        let qkv_rope = ks.fuses_qkv_rope() && !s.qkv_bias && !s.qk_norm;
         let gate_up_act = ks.fuses_gate_up() && s.act == Activation::Silu;
         Self {
             qkv_rope,

@@ -9,7 +9,7 @@
 //! fusion changes no bit. Matrices that differ in format stay split.
 
 use super::arch::Storage;
-use super::{ModelError, ModelFiles, backend_err};
+use super::{ModelError, ModelFiles, RawTensor, backend_err};
 use crate::backend::{Backend, RopePairing, WeightInfo};
 use crate::quant::{self, Repacked};
 
@@ -49,9 +49,8 @@ impl<W: WeightInfo> GateUpWeights<W> {
     }
 }
 
-/// Reads and repacks `name`, checking its shape.
-pub fn load_repacked(files: &ModelFiles, name: &str, rows: usize, cols: usize) -> Result<Repacked, ModelError> {
-    let t = files.tensor(name)?;
+/// Fails unless `t` is `rows` x `cols`.
+pub fn check_shape(t: &RawTensor, rows: usize, cols: usize) -> Result<(), ModelError> {
     if t.rows != rows || t.cols != cols {
         return Err(ModelError::Shape {
             name: t.name.clone(),
@@ -59,6 +58,13 @@ pub fn load_repacked(files: &ModelFiles, name: &str, rows: usize, cols: usize) -
             want: vec![rows, cols],
         });
     }
+    Ok(())
+}
+
+/// Reads and repacks `name`, checking its shape.
+pub fn load_repacked(files: &ModelFiles, name: &str, rows: usize, cols: usize) -> Result<Repacked, ModelError> {
+    let t = files.tensor(name)?;
+    check_shape(&t, rows, cols)?;
     quant::repack(t.format, &t.bytes, rows, cols).map_err(|source| ModelError::Tensor {
         name: t.name.clone(),
         source,
@@ -91,8 +97,43 @@ pub fn pair_rope_rows(r: &Repacked, hd: usize, pairing: RopePairing) -> Repacked
     r.permute_rows(&order)
 }
 
-/// Layer `l`'s q, k, v (`q_rows`, `kv_rows` rows of `hidden`), from their
-/// own tensors or from one fused `attn_qkv` (Phi-3).
+/// Layer `l`'s matrices `names` (`rows[i]` rows of `hidden` each), from
+/// their own tensors or, where `storage` is fused, from tensor `fused` holding
+/// their rows one after the other (Phi-3's `attn_qkv`; its `ffn_up`, gate then up).
+fn read_parts<const N: usize>(
+    files: &ModelFiles,
+    l: usize,
+    names: [&str; N],
+    fused: &str,
+    rows: [usize; N],
+    hidden: usize,
+    storage: Storage,
+) -> Result<[Repacked; N], ModelError> {
+    let n = |s: &str| format!("blk.{l}.{s}.weight");
+    let parts: Vec<Repacked> = match storage {
+        Storage::Split => names
+            .iter()
+            .zip(rows)
+            .map(|(name, r)| load_repacked(files, &n(name), r, hidden))
+            .collect::<Result<_, _>>()?,
+        Storage::Fused => {
+            let all = load_repacked(files, &n(fused), rows.iter().sum(), hidden)?;
+            let mut start = 0;
+            rows.iter()
+                .map(|&r| {
+                    start += r;
+                    all.slice_rows(start - r..start)
+                })
+                .collect()
+        }
+    };
+    let got = parts.len();
+    parts
+        .try_into()
+        .map_err(|_| ModelError::Config(format!("layer {l}: {got} matrices read where {N} were named")))
+}
+
+/// Layer `l`'s q, k, v (`q_rows`, `kv_rows` rows of `hidden`).
 pub fn read_qkv(
     files: &ModelFiles,
     l: usize,
@@ -101,26 +142,11 @@ pub fn read_qkv(
     hidden: usize,
     storage: Storage,
 ) -> Result<[Repacked; 3], ModelError> {
-    let n = |s: &str| format!("blk.{l}.{s}.weight");
-    match storage {
-        Storage::Split => Ok([
-            load_repacked(files, &n("attn_q"), q_rows, hidden)?,
-            load_repacked(files, &n("attn_k"), kv_rows, hidden)?,
-            load_repacked(files, &n("attn_v"), kv_rows, hidden)?,
-        ]),
-        Storage::Fused => {
-            let all = load_repacked(files, &n("attn_qkv"), q_rows + 2 * kv_rows, hidden)?;
-            Ok([
-                all.slice_rows(0..q_rows),
-                all.slice_rows(q_rows..q_rows + kv_rows),
-                all.slice_rows(q_rows + kv_rows..q_rows + 2 * kv_rows),
-            ])
-        }
-    }
+    let names = ["attn_q", "attn_k", "attn_v"];
+    read_parts(files, l, names, "attn_qkv", [q_rows, kv_rows, kv_rows], hidden, storage)
 }
 
-/// Layer `l`'s gate and up (`inter` rows of `hidden` each), from their own
-/// tensors or from one `ffn_up` holding gate then up (Phi-3).
+/// Layer `l`'s gate and up (`inter` rows of `hidden` each).
 pub fn read_gate_up(
     files: &ModelFiles,
     l: usize,
@@ -128,17 +154,15 @@ pub fn read_gate_up(
     hidden: usize,
     storage: Storage,
 ) -> Result<[Repacked; 2], ModelError> {
-    let n = |s: &str| format!("blk.{l}.{s}.weight");
-    match storage {
-        Storage::Split => Ok([
-            load_repacked(files, &n("ffn_gate"), inter, hidden)?,
-            load_repacked(files, &n("ffn_up"), inter, hidden)?,
-        ]),
-        Storage::Fused => {
-            let all = load_repacked(files, &n("ffn_up"), 2 * inter, hidden)?;
-            Ok([all.slice_rows(0..inter), all.slice_rows(inter..2 * inter)])
-        }
-    }
+    read_parts(
+        files,
+        l,
+        ["ffn_gate", "ffn_up"],
+        "ffn_up",
+        [inter, inter],
+        hidden,
+        storage,
+    )
 }
 
 /// Uploads layer `l`'s q, k, v: stacked and rope-paired for `gemm_rope_kv`

@@ -62,9 +62,6 @@ fn from_gguf(k: &GgufKeys, version: u8) -> Result<ArchSpec, ModelError> {
         s.set_swa_pattern(k.layers, 6);
         s.rope_theta_swa = Some(10_000.0);
     }
-    if s.sliding_window.is_none() {
-        s.swa_layers.clear();
-    }
     Ok(s)
 }
 
@@ -91,9 +88,6 @@ fn from_hf(j: &HfConfig, version: u8) -> Result<ArchSpec, ModelError> {
     }
     if version == 3 {
         s.rope_theta_swa = Some(j.rope_local_base_freq.unwrap_or(10_000.0));
-    }
-    if s.sliding_window.is_none() {
-        s.swa_layers.clear();
     }
     Ok(s)
 }
