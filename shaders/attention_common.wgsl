@@ -13,8 +13,8 @@ struct Params {
     max_blocks: u32,
     scale: f32,
     touch_sink: u32, // always 0 (paged_attention_blocked.wgsl: touch loads)
-    window: u32,     // sliding window: a token with n keys attends to keys lo_of(n) .. n-1
-    softcap: f32,    // > 0: a score becomes softcap · tanh(score / softcap)
+    window: u32,     // sliding window (variants with `window`): keys lo_of(n) .. n-1
+    softcap: f32,    // soft-cap (variants with `softcap`): softcap · tanh(score / softcap)
     _p0: u32,
     _p1: u32,
 }
@@ -40,21 +40,25 @@ const G: u32 = {{ g }}u;
 const D4: u32 = {{ head_dim // 4 }}u;
 
 // The first key a token with n keys attends to: n - window under a sliding
-// window shorter than n, else 0.
+// window shorter than n, else 0 (variants without a window: always 0).
 fn lo_of(n: u32) -> u32 {
-    if (p.window > 0u && n > p.window) { return n - p.window; }
+{% if window %}
+    if (n > p.window) { return n - p.window; }
+{% endif %}
     return 0u;
 }
 
-// A key's score from its q·k: · scale, then the soft-cap where there is one
-// (tanh through exp of a clamped argument: tanh(±10) is ±1 in f32).
+// A key's score from its q·k: · scale, then, in variants with a soft-cap,
+// softcap · tanh(score / softcap) (tanh through exp of a clamped argument:
+// tanh(±10) is ±1 in f32).
 fn score_of(dot: f32) -> f32 {
     let s = dot * p.scale;
-    if (p.softcap > 0.0) {
-        let e = exp(2.0 * clamp(s / p.softcap, -10.0, 10.0));
-        return p.softcap * (e - 1.0) / (e + 1.0);
-    }
+{% if softcap %}
+    let e = exp(2.0 * clamp(s / p.softcap, -10.0, 10.0));
+    return p.softcap * (e - 1.0) / (e + 1.0);
+{% else %}
     return s;
+{% endif %}
 }
 
 // The cache slot of key j of the sequence whose block_tables row starts at `table`.

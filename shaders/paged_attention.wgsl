@@ -22,8 +22,8 @@
 //   (head group, QT consecutive tokens). Tokens of one sequence share each K/V
 //   row the workgroup loads (prefill chunks load them 1/QT as often); tokens of
 //   different sequences are attended one after the other.
-// Sliding window (p.window > 0): a token with n keys attends to keys
-//   lo = n - window .. n - 1 only (lo_of); scores are soft-capped where p.softcap > 0.
+// Sliding window (variants with `window`): a token with n keys attends to keys
+//   lo = n - window .. n - 1 only (lo_of); variants with `softcap` soft-cap the scores.
 // Reduction order (batch invariance): lane l visits keys j ≡ l (mod W) from lo in
 //   increasing j with an online softmax (running max m, sum s, acc[HD]); scores are
 //   fma-dot products over d in increasing order. Lanes are then merged in lane

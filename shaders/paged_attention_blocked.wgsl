@@ -267,10 +267,15 @@ var s{{ gi }} = 0.0;
 // the first lane's window start (lanes whose window starts later skip a block
 // wholly before it), blocks wholly inside every lane's window, then the last ones.
 let full = n_min / W;
+{% if window %}
 let b0 = lo_of(n_min) / W;
 let u0 = max(b0, (lo_of(n_max) + W - 1u) / W);
 let u1 = max(u0, full);
 for (var b = b0; b < u0; b = b + 1u) {{ tile_block(true) }}
+{% else %}
+let u0 = 0u;
+let u1 = full;
+{% endif %}
 for (var b = u0; b < u1; b = b + 1u) {{ tile_block(false) }}
 for (var b = u1; b < (n_max + W - 1u) / W; b = b + 1u) {{ tile_block(true) }}
   {% for gi in range(g) %}

@@ -28,6 +28,13 @@ pub struct AttentionVariant {
     /// `paged_attention_blocked.wgsl` (needs `subgroups`): keys in blocks of
     /// W; `qt` is then 1 (decodes) or W (a tile of W tokens a workgroup).
     pub blocked: bool,
+    /// A sliding window bounds the keys (`Params.window`); without it the
+    /// window's start is the constant 0 and its bounds fold away.
+    pub window: bool,
+    /// Scores are soft-capped (`Params.softcap`); without it a score is q·k · scale
+    /// and no per-key branch is emitted (a 512-token prefill's attention ran
+    /// 314 ms against 256 ms with the branch on every key, `wllm profile`).
+    pub softcap: bool,
 }
 
 /// The WGSL of a variant: `shaders/paged_attention.wgsl` rendered for it.
@@ -46,6 +53,8 @@ pub fn source(v: AttentionVariant) -> Result<String, GpuError> {
                 g => v.g,
                 tile => v.qt > 1,
                 kv_tex => v.kv_tex,
+                window => v.window,
+                softcap => v.softcap,
                 slots_per_layer => super::kv_tex::SLOTS_PER_LAYER,
             },
         );
@@ -58,6 +67,8 @@ pub fn source(v: AttentionVariant) -> Result<String, GpuError> {
             g => v.g,
             qt => v.qt,
             kv_tex => v.kv_tex,
+            window => v.window,
+            softcap => v.softcap,
             subgroups => v.subgroups,
             slots_per_layer => super::kv_tex::SLOTS_PER_LAYER,
         },

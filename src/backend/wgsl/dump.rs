@@ -248,9 +248,13 @@ mod tests {
                     kv_tex,
                     subgroups,
                     blocked: false,
+                    window: kv_tex,
+                    softcap: subgroups,
                 };
                 let src = attention::source(v).unwrap();
                 assert_eq!(src.contains("textureLoad(k_tex"), kv_tex, "{v:?}");
+                assert_eq!(src.contains("p.softcap"), v.softcap, "{v:?}");
+                assert_eq!(src.contains("p.window"), v.window, "{v:?}");
                 validate(&format!("{v:?}"), &src);
             }
             // Keys in blocks of W: decodes and tiles of W tokens.
@@ -263,6 +267,8 @@ mod tests {
                     kv_tex,
                     subgroups: true,
                     blocked: true,
+                    window: qt > 1,
+                    softcap: kv_tex,
                 };
                 let src = attention::source(v).unwrap();
                 assert_eq!(src.contains("textureLoad(k_tex"), kv_tex, "{v:?}");
@@ -277,6 +283,8 @@ mod tests {
                 kv_tex: false,
                 subgroups: false,
                 blocked: true,
+                window: false,
+                softcap: false,
             };
             assert!(attention::source(v).is_err(), "{v:?}");
         }

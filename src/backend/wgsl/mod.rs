@@ -325,6 +325,8 @@ impl Kernels {
             kv_tex: false,
             subgroups,
             blocked,
+            window: false,
+            softcap: false,
         }
     }
 

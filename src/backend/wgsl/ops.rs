@@ -499,6 +499,8 @@ impl Backend for Kernels {
             None => kv_caches(&kv).map(Bound::Buf),
         };
         v.kv_tex = matches!(kv_bound[0], Bound::Tex { .. });
+        v.window = kv.window > 0;
+        v.softcap = kv.softcap > 0.0;
         let kernel = self.attention_kernel(v)?;
         let p = AttentionParams {
             t,
