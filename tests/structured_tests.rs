@@ -514,3 +514,42 @@ fn itl_with_half_the_batch_constrained() {
         1e3 * secs / masks.max(1) as f64
     );
 }
+
+/// Structured output over a SentencePiece vocabulary (Gemma 3 270M): a regex
+/// and a JSON schema constrain its tokens too (its spaces are '▁' in the
+/// vocabulary, its rarer bytes `<0xXX>` tokens).
+#[test]
+fn a_sentencepiece_vocabulary_takes_constraints() {
+    let engine = Engine::new(&EngineConfig {
+        model: gemma3_path(),
+        kv_cache_memory: Some(32 << 20),
+        max_model_len: Some(512),
+        ..Default::default()
+    })
+    .unwrap();
+    let run = |c: Constraint| {
+        let p = SamplingParams {
+            max_tokens: Some(40),
+            temperature: 0.0,
+            constraint: Some(c),
+            ..SamplingParams::default()
+        };
+        let prompt = Prompt::Text("The three primary colours, as a list:".into());
+        engine.generate(prompt, p).unwrap().collect_all().unwrap()
+    };
+    let r = run(Constraint::Regex("(red|green|blue)(, (red|green|blue)){2}".into()));
+    let re = regex_lite_full_match(&r.text);
+    assert!(re, "{:?}", r.text);
+    let schema = json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+        "count": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["name", "count"],
+        "additionalProperties": false});
+    let r = run(Constraint::JsonSchema(schema.clone()));
+    let v: Value = serde_json::from_str(&r.text).unwrap_or_else(|e| panic!("{e}: {:?}", r.text));
+    assert!(jsonschema::is_valid(&schema, &v), "{v}");
+}
+
+/// `(red|green|blue)(, (red|green|blue)){2}` checked by hand (no regex crate in the tests).
+fn regex_lite_full_match(t: &str) -> bool {
+    let parts: Vec<&str> = t.split(", ").collect();
+    parts.len() == 3 && parts.iter().all(|p| ["red", "green", "blue"].contains(p))
+}

@@ -93,7 +93,9 @@ impl TokenizerEnv for Env {
         &self.trie
     }
     fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
-        self.tok.encode_plain(&String::from_utf8_lossy(s)).unwrap_or_default()
+        self.tok
+            .encode_fragment(&String::from_utf8_lossy(s))
+            .unwrap_or_default()
     }
 }
 

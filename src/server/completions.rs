@@ -215,7 +215,12 @@ pub async fn chat_completions(
                 }
                 p.constraint = Some(c);
             }
-            Prompt::Text(tp.render(s.engine.tokenizer(), &messages)?)
+            // A rendered chat template: no second BOS where it wrote one (as Prompt::Chat).
+            let tok = s.engine.tokenizer();
+            let ids = tok
+                .encode_rendered(&tp.render(tok, &messages)?)
+                .map_err(|e| ApiError::bad_request(e.to_string(), Some("messages")))?;
+            Prompt::Tokens(ids)
         }
         None => Prompt::Chat(messages),
     };

@@ -56,7 +56,7 @@ enum Inner {
 
 /// What a token stands for, as structured output needs it.
 pub enum TokenBytes {
-    /// A control or user-defined token: its text, never produced by a grammar's text.
+    /// A control token: its text, never produced by a grammar's text.
     Special(String),
     /// The bytes the token adds to the output.
     Text(Vec<u8>),
@@ -323,6 +323,15 @@ impl Tokenizer {
         }
     }
 
+    /// Token ids of a piece from the middle of a text: `encode_plain` without
+    /// SentencePiece's space prefix (what structured output asks for).
+    pub fn encode_fragment(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        match &self.inner {
+            Inner::Spm(v) => Ok(v.encode_with(text, false)),
+            Inner::Hf(_) => self.encode_plain(text),
+        }
+    }
+
     /// Ids of the tokens marked special (control tokens).
     pub fn special_token_ids(&self) -> std::collections::HashSet<u32> {
         match &self.inner {
@@ -346,23 +355,18 @@ impl Tokenizer {
 
     /// What token `id` stands for as bytes of output (None: no such token);
     /// an error for a vocabulary whose tokens are not byte-level. `special`:
-    /// `special_token_ids()`, computed once by the caller.
+    /// `special_token_ids()` (control tokens), computed once by the caller;
+    /// every other token, user-defined ones included, is the text it adds.
     pub fn token_bytes(&self, id: u32, special: &std::collections::HashSet<u32>) -> Result<Option<TokenBytes>, String> {
+        let Some(s) = self.id_to_token(id) else {
+            return Ok(None);
+        };
+        if special.contains(&id) {
+            return Ok(Some(TokenBytes::Special(s)));
+        }
         match &self.inner {
-            Inner::Spm(v) => Ok(v.token(id).map(|t| {
-                if v.is_special(id) {
-                    TokenBytes::Special(t.to_string())
-                } else {
-                    TokenBytes::Text(v.piece(id))
-                }
-            })),
-            Inner::Hf(t) => {
-                let Some(s) = t.id_to_token(id) else {
-                    return Ok(None);
-                };
-                if special.contains(&id) {
-                    return Ok(Some(TokenBytes::Special(s)));
-                }
+            Inner::Spm(v) => Ok(Some(TokenBytes::Text(v.piece(id)))),
+            Inner::Hf(_) => {
                 let dec = byte_level_decoder();
                 let b: Option<Vec<u8>> = s.chars().map(|c| dec.get(&c).copied()).collect();
                 match b {

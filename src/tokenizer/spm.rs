@@ -174,11 +174,6 @@ impl SpmVocab {
         self.to_id.get(text).copied()
     }
 
-    /// Whether a token is control, user-defined or unknown (split out of text as a whole).
-    pub fn is_special(&self, id: u32) -> bool {
-        matches!(self.types.get(id as usize), Some(&(CONTROL | USER_DEFINED | UNKNOWN)))
-    }
-
     /// Whether a token is a control token (its text is markup, not output).
     pub fn is_control(&self, id: u32) -> bool {
         matches!(self.types.get(id as usize), Some(&(CONTROL | UNKNOWN)))
@@ -186,6 +181,12 @@ impl SpmVocab {
 
     /// Token ids of `text` (no BOS); special tokens are recognised in the text.
     pub fn encode(&self, text: &str) -> Vec<u32> {
+        self.encode_with(text, self.add_space_prefix)
+    }
+
+    /// `encode`, with the space prefix or without it (a fragment in the middle
+    /// of a text, as structured output tokenises them).
+    pub fn encode_with(&self, text: &str, add_space_prefix: bool) -> Vec<u32> {
         let mut out = Vec::new();
         let mut prev_special = true;
         for f in self.partition(text) {
@@ -196,7 +197,7 @@ impl SpmVocab {
                 }
                 Fragment::Text(t) => {
                     let mut s = String::with_capacity(t.len() + 3);
-                    if self.add_space_prefix && prev_special {
+                    if add_space_prefix && prev_special {
                         s.push(' ');
                     }
                     s.push_str(t);
@@ -211,10 +212,10 @@ impl SpmVocab {
     /// Splits special tokens out of the text, longest first (llama.cpp's
     /// `tokenizer_st_partition`).
     fn partition<'a>(&self, text: &'a str) -> Vec<Fragment<'a>> {
-        let mut frags = vec![Fragment::Text(text)];
         if text.is_empty() {
             return Vec::new();
         }
+        let mut frags = vec![Fragment::Text(text)];
         for &id in &self.specials {
             let pat = self.tokens[id as usize].as_str();
             if !frags.iter().any(|f| matches!(f, Fragment::Text(t) if t.contains(pat))) {
