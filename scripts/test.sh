@@ -22,6 +22,8 @@ fi
 ./models/fetch.sh >/dev/null
 # Gemma 3 270M: the SentencePiece and Gemma 3 tests (tokenizer_tests, arch_tests).
 ./models/fetch-gemma3.sh >/dev/null
+# llama.cpp's vocabulary fixtures (Qwen 2, Llama SentencePiece, Phi-3): tokenizer_tests.
+./models/fetch-vocabs.sh >/dev/null
 # The browser tests drive the server's pages in headless Chromium (Debian's chromium).
 if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null && [ -z "${WLLM_CHROMIUM:-}" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

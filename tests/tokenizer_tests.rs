@@ -48,6 +48,11 @@ fn byte_level_chars_are_gpt2s_map() {
 /// Token ids of every text of tests/data/tokenize-texts.json equal llama.cpp's
 /// `llama-tokenize` for the model (scripts/tokenize-ref.py wrote the reference).
 fn matches_llama_tokenize(model: &std::path::Path, reference: &str) {
+    assert!(
+        model.exists(),
+        "{} is missing: run ./models/fetch-gemma3.sh and ./models/fetch-vocabs.sh (the README's test command does)",
+        model.display()
+    );
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data")
         .join(reference);
@@ -109,4 +114,67 @@ fn gemma3_decodes_what_it_encodes() {
         "{:?}",
         tok.eos_ids
     );
+}
+
+/// llama.cpp's vocabulary-only fixtures (models/fetch-vocabs.sh).
+fn vocab_path(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("models/vocab/ggml-vocab-{name}.gguf"))
+}
+
+/// The fixture's own cases: llama.cpp's test texts (.inp, split at
+/// `__ggml_vocab_test__`) and their ids (.out, one line a text; no BOS, special
+/// tokens not parsed — as its test-tokenizer-0 runs them).
+fn matches_llama_cpp_fixture(name: &str) {
+    let p = vocab_path(name);
+    let read = |ext: &str| {
+        let f = format!("{}{ext}", p.display());
+        std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{f}: {e} (run ./models/fetch-vocabs.sh)"))
+    };
+    let inp = read(".inp");
+    // Each text is followed by the marker line.
+    let texts: Vec<&str> = inp.split_terminator("\n__ggml_vocab_test__\n").collect();
+    let out = read(".out");
+    let want: Vec<Vec<u32>> = out
+        .lines()
+        .map(|l| l.split_whitespace().map(|t| t.parse().expect("id")).collect())
+        .collect();
+    assert_eq!(texts.len(), want.len(), "{name}: texts and id lines");
+    let files = ModelFiles::open(&p).expect("open");
+    let ModelFiles::Gguf { file, .. } = &files else {
+        unreachable!()
+    };
+    let tok = Tokenizer::from_gguf(file).expect("tokenizer");
+    let mut bad = Vec::new();
+    for (text, want) in texts.iter().zip(&want) {
+        // The fixtures hold no special tokens, so parsing them changes nothing.
+        let got = tok.encode_plain(text).expect("encode");
+        if &got != want {
+            bad.push(format!("{text:?}:\n  wllm      {got:?}\n  llama.cpp {want:?}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{name}: {} of {} texts differ:\n{}",
+        bad.len(),
+        texts.len(),
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn qwen2_bpe_ids_equal_llama_cpp() {
+    matches_llama_tokenize(&vocab_path("qwen2"), "tokenize-qwen2.json");
+    matches_llama_cpp_fixture("qwen2");
+}
+
+#[test]
+fn llama_sentencepiece_ids_equal_llama_cpp() {
+    matches_llama_tokenize(&vocab_path("llama-spm"), "tokenize-llama-spm.json");
+    matches_llama_cpp_fixture("llama-spm");
+}
+
+#[test]
+fn phi3_sentencepiece_ids_equal_llama_cpp() {
+    matches_llama_tokenize(&vocab_path("phi-3"), "tokenize-phi-3.json");
+    matches_llama_cpp_fixture("phi-3");
 }
