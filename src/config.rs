@@ -24,6 +24,10 @@ pub struct EngineConfig {
     /// Longest prompt + output; default: the model's context, capped by the pool.
     pub max_model_len: Option<usize>,
     pub enable_prefix_caching: bool,
+    /// Keep the layers of a model with sliding-window layers (Gemma 2/3) in KV
+    /// groups that release blocks out of the window (vLLM's hybrid KV cache
+    /// manager); off: one flat pool, every layer a block per token block.
+    pub hybrid_kv_cache: bool,
     /// Where compiled GPU pipelines persist between runs (default: the user's cache directory).
     pub pipeline_cache: PipelineCacheDir,
     /// Register tiles of the WGSL gemm; `None`: chosen for the adapter.
@@ -50,6 +54,7 @@ impl Default for EngineConfig {
             max_num_seqs: 64,
             max_model_len: None,
             enable_prefix_caching: true,
+            hybrid_kv_cache: true,
             pipeline_cache: PipelineCacheDir::User,
             gemm_tiles: None,
             cublas_min_t: None,

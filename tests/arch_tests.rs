@@ -170,3 +170,69 @@ fn gemma3_270m_matches_the_reference_past_its_window() {
         agree(g, want, margins, 0.02, &format!("gemma 3 270M, prompt of {}", p.len()));
     }
 }
+
+/// The hybrid KV cache (vLLM's hybrid allocator: a full group and windowed
+/// groups whose blocks out of the window go back to the pool) against the
+/// flat pool, on tiny Gemma 2 (alternate windowed layers: two groups of three)
+/// and Gemma 3 (five windowed layers in six: a group per layer) models: a
+/// pool small enough to preempt, prompts sharing prefixes longer than the
+/// window, then the same prompts again through the prefix cache. Every output
+/// is the flat pool's, bit for bit; the books balance; the hybrid pool holds
+/// more tokens in the same memory.
+#[test]
+fn hybrid_kv_cache_equals_the_flat_pool() {
+    for (arch, layers) in [("gemma2", 6), ("gemma3", 7)] {
+        let dir = test_dir(&format!("hybrid_{arch}"));
+        let spec = TinySpec {
+            arch,
+            sliding_window: 8,
+            layers,
+            ..Default::default()
+        };
+        let model = write_tiny_gguf(&dir, "tiny.gguf", &spec, &mut rng(5));
+        let run = |hybrid: bool| {
+            let cfg = EngineConfig {
+                model: model.clone(),
+                kv_cache_memory: Some(160 << 10),
+                block_size: 4,
+                max_num_batched_tokens: 16,
+                max_model_len: Some(80),
+                hybrid_kv_cache: hybrid,
+                ..Default::default()
+            };
+            let mut engine = LlmEngine::with_context(&kernels().ctx, &cfg).expect("engine");
+            let prefixes: Vec<Vec<u32>> = (0..3)
+                .map(|p| (0..30).map(|i| ((i * 13 + p * 71) % 250) as u32).collect())
+                .collect();
+            let prompts: Vec<Vec<u32>> = (0..12)
+                .map(|k| {
+                    let mut p = prefixes[k % 3][..5 + (k * 7) % 26].to_vec();
+                    p.extend((0..k % 5 * 6).map(|i| ((i * 31 + k * 17) % 250) as u32));
+                    p
+                })
+                .collect();
+            let first = generate(&mut engine, &prompts, 16);
+            let second = generate(&mut engine, &prompts, 16);
+            (
+                first,
+                second,
+                engine.plan.clone(),
+                engine.scheduler.num_preemptions,
+                engine.scheduler.prefix_hits,
+            )
+        };
+        let (flat1, flat2, flat_plan, _, _) = run(false);
+        let (hyb1, hyb2, plan, preemptions, hits) = run(true);
+        assert_eq!(flat_plan.kv_groups, 1);
+        assert!(plan.kv_groups > 1, "{arch}: {plan:?}");
+        assert!(
+            plan.capacity_tokens > flat_plan.capacity_tokens,
+            "{arch}: {plan:?} against {flat_plan:?}"
+        );
+        assert_eq!(flat1, flat2, "{arch}: the flat pool's second pass");
+        assert_eq!(hyb1, flat1, "{arch}: hybrid against flat");
+        assert_eq!(hyb2, flat1, "{arch}: hybrid through the prefix cache");
+        assert!(preemptions > 0, "{arch}: the pool was meant to preempt");
+        assert!(hits > 0, "{arch}: the second pass was meant to hit the prefix cache");
+    }
+}

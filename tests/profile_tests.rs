@@ -8,7 +8,7 @@ use common::tiny::{TinySpec, write_tiny_gguf};
 use common::*;
 use wllm::backend::Backend;
 use wllm::backend::wgsl::Kernels;
-use wllm::engine::{ModelRunner, SeqChunk};
+use wllm::engine::{KvCache, KvGroups, ModelRunner, SeqChunk};
 use wllm::model::{DecoderModel, ModelFiles};
 
 #[test]
@@ -19,15 +19,16 @@ fn a_recorded_step_splits_by_kernel_and_runs_as_execute_does() {
     let cfg = files.config().unwrap();
     let ks = Kernels::new(&kernels().ctx).unwrap();
     let model = DecoderModel::load(&ks, &files, &cfg).unwrap();
-    let runner = ModelRunner::new(ks, model, 16, 4, 64, 4, 64).unwrap();
+    let kv = KvCache::new(&ks, &cfg, KvGroups::flat(cfg.layers), 16, 4).unwrap();
+    let runner = ModelRunner::new(ks, model, kv, 64, 4, 64).unwrap();
     let ids: Vec<Vec<u32>> = (0..2).map(|s| (0..9).map(|i| 3 + i * 5 + s).collect()).collect();
-    let tables = [vec![0u32, 1, 2], vec![3, 4, 5]];
+    let tables = [vec![vec![0u32, 1, 2]], vec![vec![3, 4, 5]]];
     let chunks: Vec<SeqChunk> = (0..2)
         .map(|s| SeqChunk {
             token_ids: &ids[s],
             start: 0,
             len: 9,
-            block_table: &tables[s],
+            block_tables: &tables[s],
             sample: true,
             logits_from: None,
         })

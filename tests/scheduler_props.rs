@@ -2,15 +2,62 @@
 //! (CPU only: the model is replaced by appending pseudo-random tokens).
 
 use proptest::prelude::*;
+use std::collections::HashMap;
 use wllm::SamplingParams;
+use wllm::engine::block_manager::first_needed_block;
 use wllm::engine::step_budget::{StepBudget, StepTarget};
-use wllm::engine::{BlockManager, BlockTable, Scheduler, SchedulerConfig, Sequence};
+use wllm::engine::{BlockManager, BlockTable, FREED, KvGroups, Scheduler, SchedulerConfig, Sequence};
 
 #[derive(Debug, Clone)]
 enum Op {
     Alloc { len: usize, prefix: usize },
     Append(usize, usize),
     Free(usize),
+}
+
+/// KV group layouts: flat; Gemma-like (a global group and windowed ones);
+/// every layer windowed (Mistral); windows shorter than a block.
+fn layouts() -> impl Strategy<Value = Vec<Option<usize>>> {
+    prop::sample::select(vec![
+        vec![None],
+        vec![None, Some(5), Some(5)],
+        vec![Some(9)],
+        vec![None, Some(2), Some(2), Some(2)],
+        vec![None, Some(17)],
+    ])
+}
+
+/// Checks a table's windowed groups: entries below the window's first block
+/// released, the rest held, at most ⌈(w - 1 + chunk) / bs⌉ + 1 held.
+fn check_windows(
+    t: &BlockTable,
+    windows: &[Option<usize>],
+    computed: usize,
+    bs: usize,
+    chunk: usize,
+) -> Result<(), TestCaseError> {
+    for (g, w) in windows.iter().enumerate() {
+        let row = &t.blocks[g];
+        match w {
+            None => prop_assert!(!row.contains(&FREED), "a full group released a block"),
+            Some(w) => {
+                let first = first_needed_block(computed, *w, bs).min(row.len());
+                prop_assert!(
+                    row[first..].iter().all(|&b| b != FREED),
+                    "group {} released a block in its window",
+                    g
+                );
+                let held = row.iter().filter(|&&b| b != FREED).count();
+                prop_assert!(
+                    held <= (w - 1 + chunk).div_ceil(bs) + 1,
+                    "group {} holds {} blocks",
+                    g,
+                    held
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 fn ops() -> impl Strategy<Value = Vec<Op>> {
@@ -28,12 +75,28 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     /// No block owned twice, ref counts equal the tables holding each block,
-    /// free lists exact, and after freeing everything all blocks are free.
+    /// free lists exact, and after freeing everything all blocks are free; in
+    /// every KV group layout, windowed groups release what falls out of their
+    /// window, and a prefix hit hands each group a block holding that group's
+    /// KV of the same tokens.
     #[test]
-    fn block_manager_keeps_its_books(ops in ops(), caching in any::<bool>(), bs in prop::sample::select(vec![1usize, 4, 16])) {
-        let mut bm = BlockManager::new(40, bs, caching);
+    fn block_manager_keeps_its_books(ops in ops(), caching in any::<bool>(), bs in prop::sample::select(vec![1usize, 4, 16]), windows in layouts()) {
+        let pool = 40 * windows.len();
+        let mut bm = BlockManager::with_groups(pool, bs, caching, windows.clone());
         let prefixes: Vec<Vec<u32>> = (0..3).map(|p| (0..64).map(|t| (t * 7 + p * 1000) as u32).collect()).collect();
         let mut live: Vec<(BlockTable, Vec<u32>, usize)> = Vec::new();
+        // What each block was computed with: its group and the tokens up to its end.
+        let mut content: HashMap<u32, (usize, Vec<u32>)> = HashMap::new();
+        let record = |content: &mut HashMap<u32, (usize, Vec<u32>)>, t: &BlockTable, toks: &[u32], from: usize, to: usize| {
+            for (g, row) in t.blocks.iter().enumerate() {
+                for (j, &b) in row.iter().enumerate() {
+                    // Blocks this compute filled (a block is written by the tokens it holds).
+                    if b != FREED && (j + 1) * bs <= to && (j + 1) * bs > from {
+                        content.insert(b, (g, toks[..(j + 1) * bs].to_vec()));
+                    }
+                }
+            }
+        };
         let mut peak = 0usize;
         for op in ops {
             match op {
@@ -42,11 +105,23 @@ proptest! {
                     toks.truncate(len.min(64));
                     toks.extend((0..len.saturating_sub(64)).map(|i| i as u32 + 5000));
                     let cached = bm.cached_prefix(&toks);
-                    prop_assert!(cached.0.len() * bs < toks.len(), "a hit must leave a token to compute");
-                    if bm.can_allocate(&cached.0, toks.len()) {
+                    let hit = cached.len() * bs;
+                    prop_assert!(hit < toks.len(), "a hit must leave a token to compute");
+                    for (g, row) in cached.blocks.iter().enumerate() {
+                        for (j, &b) in row.iter().enumerate() {
+                            if b != FREED {
+                                prop_assert_eq!(content.get(&b), Some(&(g, toks[..(j + 1) * bs].to_vec())), "group {} block {} of a hit", g, j);
+                            }
+                        }
+                    }
+                    if bm.can_allocate(&cached, toks.len()) {
                         let mut t = BlockTable::default();
                         bm.allocate(&mut t, cached, toks.len());
+                        check_windows(&t, &windows, hit, bs, toks.len() - hit)?;
+                        record(&mut content, &t, &toks, hit, toks.len());
                         bm.cache_full_blocks(&mut t, &toks, toks.len());
+                        bm.release_out_of_window(&mut t, toks.len());
+                        check_windows(&t, &windows, toks.len(), bs, 1)?;
                         let n = toks.len();
                         live.push((t, toks, n));
                     }
@@ -56,9 +131,13 @@ proptest! {
                         let total = *computed + n;
                         if bm.can_append(t, total) {
                             bm.may_append(t, total);
+                            check_windows(t, &windows, *computed, bs, n)?;
                             toks.extend((0..n).map(|k| (k * 31 + total) as u32));
+                            record(&mut content, t, toks, *computed, total);
                             *computed = total;
                             bm.cache_full_blocks(t, toks, total);
+                            bm.release_out_of_window(t, total);
+                            check_windows(t, &windows, total, bs, 1)?;
                         }
                     }
                 }
@@ -70,13 +149,13 @@ proptest! {
                 }
             }
             bm.check_consistency(live.iter().map(|(t, _, _)| t)).map_err(TestCaseError::fail)?;
-            // Without the prefix cache (whose free blocks may sit anywhere), the
-            // lowest free block is handed out first: the blocks in use never reach
-            // past the most that were ever in use at once (the backend binds only
-            // that prefix of the pool).
-            let used: std::collections::BTreeSet<u32> = live.iter().flat_map(|(t, _, _)| t.blocks.iter().copied()).collect();
+            // Without the prefix cache (whose free blocks may sit anywhere) and
+            // windows (which free blocks mid-table), the lowest free block is
+            // handed out first: the blocks in use never reach past the most that
+            // were ever in use at once (the backend binds only that prefix of the pool).
+            let used: std::collections::BTreeSet<u32> = live.iter().flat_map(|(t, _, _)| t.held()).collect();
             peak = peak.max(used.len());
-            if !caching && let Some(&top) = used.last() {
+            if !caching && windows == [None] && let Some(&top) = used.last() {
                 prop_assert!((top as usize) < peak, "block {top} in use with at most {peak} ever used at once");
             }
         }
@@ -85,7 +164,7 @@ proptest! {
         }
         bm.check_consistency(std::iter::empty()).map_err(TestCaseError::fail)?;
         bm.reset_prefix_cache();
-        prop_assert_eq!(bm.num_free_blocks(), 40);
+        prop_assert_eq!(bm.num_free_blocks(), pool);
     }
 
     /// Over random arrivals, with each step's budget from a `StepBudget` fed a
@@ -101,15 +180,19 @@ proptest! {
         caching in any::<bool>(),
         target in prop::sample::select(vec![StepTarget::Off, StepTarget::Auto, StepTarget::Factor(3.0), StepTarget::Ms(5.0), StepTarget::Ms(60.0)]),
         groups in 1usize..5,
+        windows in layouts(),
     ) {
         let mut step_budget = StepBudget::new(target);
         let bs = 8;
-        let cfg = SchedulerConfig { max_num_batched_tokens: budget, max_num_seqs: max_seqs, max_model_len: blocks * bs };
-        let mut s = Scheduler::new(cfg, BlockManager::new(blocks, bs, caching));
+        let blocks = blocks * windows.len();
+        let kv = KvGroups { windows: windows.clone(), layer_slot: Vec::new(), slots: 1 };
+        let longest = kv.longest_fit(blocks, bs, budget).min(blocks * bs);
+        let cfg = SchedulerConfig { max_num_batched_tokens: budget, max_num_seqs: max_seqs, max_model_len: longest };
+        let mut s = Scheduler::new(cfg, BlockManager::with_groups(blocks, bs, caching, windows.clone()));
         let mut pending: Vec<Sequence> = reqs
             .iter()
             .enumerate()
-            .filter(|(_, (p, o, _))| p + o <= blocks * bs)
+            .filter(|(_, (p, o, _))| p + o <= longest)
             .map(|(i, &(p, o, pre))| {
                 let prompt: Vec<u32> = (0..p).map(|t| if t < 40 { (t + pre * 100) as u32 } else { (t * 13 + i) as u32 }).collect();
                 let params = SamplingParams { max_tokens: Some(o), ..SamplingParams::greedy() };
@@ -146,9 +229,11 @@ proptest! {
             for &(id, n) in &out.scheduled {
                 let seq = s.seqs.get_mut(&id).unwrap();
                 prop_assert!(seq.num_computed_tokens + n <= seq.num_tokens());
-                prop_assert!(seq.block_table.blocks.len() * bs >= seq.num_computed_tokens + n);
+                prop_assert!(seq.block_table.len() * bs >= seq.num_computed_tokens + n);
+                check_windows(&seq.block_table, &windows, seq.num_computed_tokens, bs, n)?;
                 seq.num_computed_tokens += n;
                 s.blocks.cache_full_blocks(&mut seq.block_table, &seq.token_ids, seq.num_computed_tokens);
+                s.blocks.release_out_of_window(&mut seq.block_table, seq.num_computed_tokens);
                 if seq.num_computed_tokens == seq.num_tokens() {
                     let next = (seq.num_tokens() * 2654435761usize % 50000) as u32;
                     seq.token_ids.push(next);
@@ -165,7 +250,7 @@ proptest! {
             // With nothing running and something waiting, the head must be admissible next step.
             if s.running.is_empty() && !s.waiting.is_empty() {
                 let head = &s.seqs[&s.waiting[0]];
-                prop_assert!(head.num_tokens() <= blocks * bs);
+                prop_assert!(head.num_tokens() <= longest);
             }
         }
         prop_assert_eq!(finished, admitted);

@@ -49,9 +49,10 @@ pub fn run(a: &InfoArgs) -> anyhow::Result<()> {
     println!("device: {}", backend.describe());
     drop(backend);
     let plan = KvPlan::new(
+        &wllm::engine::KvGroups::of(&c, cfg.hybrid_kv_cache),
         c.kv_bytes_per_token(),
-        c.layers,
         a.engine.block_size,
+        a.engine.max_num_batched_tokens,
         a.engine.kv_cache_memory,
         max_buffer,
         c.max_context,

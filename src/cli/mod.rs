@@ -52,6 +52,10 @@ pub struct EngineArgs {
     /// Turn automatic prefix caching off.
     #[arg(long, global = true)]
     pub no_prefix_caching: bool,
+    /// Keep every layer's KV in one flat pool even where the model has sliding-window layers
+    /// (by default their blocks out of the window go back to the pool: vLLM's hybrid KV cache manager).
+    #[arg(long, global = true)]
+    pub disable_hybrid_kv_cache_manager: bool,
     /// Directory of the persisted GPU pipeline cache (default: $XDG_CACHE_HOME/wllm or the platform's).
     #[arg(long, global = true, env = "WLLM_PIPELINE_CACHE_DIR")]
     pub pipeline_cache_dir: Option<PathBuf>,
@@ -121,6 +125,7 @@ impl EngineArgs {
             max_num_seqs: self.max_num_seqs,
             max_model_len: self.max_model_len,
             enable_prefix_caching: !self.no_prefix_caching,
+            hybrid_kv_cache: !self.disable_hybrid_kv_cache_manager,
             pipeline_cache: match (&self.pipeline_cache_dir, self.no_pipeline_cache) {
                 (_, true) => wllm::config::PipelineCacheDir::Off,
                 (Some(d), false) => wllm::config::PipelineCacheDir::At(d.clone()),

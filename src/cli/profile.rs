@@ -19,7 +19,7 @@ use clap::Args;
 use wllm::backend::OpenBackend;
 use wllm::backend::wgsl::dequant_roof::DequantRoof;
 use wllm::backend::wgsl::{Kernels, roofs};
-use wllm::engine::{ModelRunner, RowTileChoice, SeqChunk};
+use wllm::engine::{KvCache, KvGroups, ModelRunner, RowTileChoice, SeqChunk};
 use wllm::gpu::StepEncoder;
 use wllm::model::{DecoderModel, ModelFiles};
 
@@ -124,18 +124,21 @@ fn timed(enc: StepEncoder) -> anyhow::Result<f64> {
     Ok(t0.elapsed().as_secs_f64())
 }
 
-/// One scenario's sequences: (token ids, tokens already cached, block table).
-type Seqs = Vec<(Vec<u32>, usize, Vec<u32>)>;
+/// One scenario's sequences: (token ids, tokens already cached, each KV group's block table).
+type Seqs = Vec<(Vec<u32>, usize, Vec<Vec<u32>>)>;
 
-fn sequences(n: usize, cached: usize, new: usize, bs: usize) -> Seqs {
+/// `n` sequences of `cached + new` tokens on blocks of their own; every KV
+/// group names the same blocks (the groups' layers then overwrite each
+/// other's keys, which timing does not mind).
+fn sequences(n: usize, cached: usize, new: usize, bs: usize, groups: usize) -> Seqs {
     let blocks = (cached + new).div_ceil(bs);
     (0..n)
         .map(|s| {
             let ids = (0..cached + new)
                 .map(|i| 1 + ((i * 7 + s * 13) % 1000) as u32)
                 .collect();
-            let table = (0..blocks).map(|b| (s * blocks + b) as u32).collect();
-            (ids, cached, table)
+            let table: Vec<u32> = (0..blocks).map(|b| (s * blocks + b) as u32).collect();
+            (ids, cached, vec![table; groups])
         })
         .collect()
 }
@@ -178,7 +181,7 @@ fn seq_chunks(seqs: &Seqs) -> Vec<SeqChunk<'_>> {
             token_ids: ids,
             start: *cached,
             len: ids.len() - cached,
-            block_table: table,
+            block_tables: table,
             sample: true,
             logits_from: None,
         })
@@ -340,10 +343,13 @@ pub fn run(a: &ProfileArgs) -> anyhow::Result<()> {
     );
     let model = DecoderModel::load(&kernels, &files, &mc).context("loading the model")?;
     let max_tokens = max_batch.max(a.prefill).max(1);
-    let runner = ModelRunner::new(kernels, model, num_blocks, bs, max_tokens, max_batch, max_len)?;
+    let kv_groups = KvGroups::of(&mc, cfg.hybrid_kv_cache);
+    let groups = kv_groups.len();
+    let kv = KvCache::new(&kernels, &mc, kv_groups, num_blocks, bs)?;
+    let runner = ModelRunner::new(kernels, model, kv, max_tokens, max_batch, max_len)?;
     // The row tile of batched gemms as `wllm serve`'s warm-up chooses it
     // (CPU adapters), so the steps below run the tiles serving runs.
-    let tuning = sequences(1, 0, RowTileChoice::TOKENS, bs);
+    let tuning = sequences(1, 0, RowTileChoice::TOKENS, bs, groups);
     let chunks = seq_chunks(&tuning);
     let fits = RowTileChoice::TOKENS <= max_tokens && RowTileChoice::TOKENS.div_ceil(bs) <= num_blocks;
     let (_, choice) = RowTileChoice::choose(&runner, RowTileChoice::TOKENS, || {
@@ -358,7 +364,13 @@ pub fn run(a: &ProfileArgs) -> anyhow::Result<()> {
     }
     for &b in &a.batch {
         let title = format!("decode, batch {b}, {context} tokens of context each");
-        let rows = profile(&runner, &roofs, &title, &sequences(b.max(1), context, 1, bs), a.reps)?;
+        let rows = profile(
+            &runner,
+            &roofs,
+            &title,
+            &sequences(b.max(1), context, 1, bs, groups),
+            a.reps,
+        )?;
         if b == 1 {
             dequant_roof_line(&runner, &rows, a.reps)?;
         }
@@ -369,7 +381,7 @@ pub fn run(a: &ProfileArgs) -> anyhow::Result<()> {
             &runner,
             &roofs,
             &title,
-            &sequences(1, 0, a.prefill.min(max_len), bs),
+            &sequences(1, 0, a.prefill.min(max_len), bs, groups),
             a.reps,
         )?;
     }

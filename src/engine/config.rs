@@ -3,6 +3,8 @@
 
 pub use crate::config::EngineConfig;
 
+use super::KvGroups;
+
 /// The default KV pool size.
 pub const DEFAULT_KV_CACHE_MEMORY: u64 = 512 << 20;
 
@@ -12,8 +14,15 @@ pub struct KvPlan {
     /// 2 · L · H_kv · d_h · 4 bytes (f32).
     pub bytes_per_token: usize,
     pub block_size: usize,
+    /// Pool pages: a block of every layer slot of a KV group.
     pub num_blocks: usize,
+    /// KV groups sharing the pool (1: the flat layout) and layer slots a page holds.
+    pub kv_groups: usize,
+    pub layers_per_block: usize,
+    /// Tokens of context the pool holds when full of max-length sequences.
     pub capacity_tokens: usize,
+    /// What the same memory holds in the flat layout (every layer a block per token block).
+    pub flat_capacity_tokens: usize,
     pub max_model_len: usize,
     /// How many max-length sequences fit at once.
     pub max_concurrency: f64,
@@ -22,11 +31,13 @@ pub struct KvPlan {
 
 impl KvPlan {
     /// Sizes the pool: `memory` bytes (or the default), but never more than one
-    /// layer's K buffer can bind (`max_binding`).
+    /// slot's K buffer can bind (`max_binding`), for steps of up to `chunk` tokens.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
+        groups: &KvGroups,
         bytes_per_token: usize,
-        layers: usize,
         block_size: usize,
+        chunk: usize,
         memory: Option<u64>,
         max_binding: u64,
         model_context: usize,
@@ -38,9 +49,10 @@ impl KvPlan {
             ));
         }
         let memory = memory.unwrap_or(DEFAULT_KV_CACHE_MEMORY);
-        let block_bytes = (bytes_per_token * block_size) as u64;
+        let layers = groups.layer_slot.len().max(1) as u64;
         // One layer's K buffer holds bytes_per_token / (2 L) per token.
-        let per_layer_block = block_bytes / (2 * layers as u64).max(1);
+        let per_layer_block = (bytes_per_token * block_size) as u64 / (2 * layers);
+        let block_bytes = 2 * groups.slots as u64 * per_layer_block;
         let by_binding = max_binding / per_layer_block.max(1);
         let num_blocks = (memory / block_bytes.max(1)).min(by_binding) as usize;
         if num_blocks == 0 {
@@ -48,37 +60,64 @@ impl KvPlan {
                 "--kv-cache-memory {memory} bytes holds no block of {block_size} tokens ({block_bytes} bytes each)"
             ));
         }
-        let capacity_tokens = num_blocks * block_size;
+        let flat_capacity_tokens =
+            (memory / (2 * layers * per_layer_block).max(1)).min(by_binding) as usize * block_size;
+        let longest = groups.longest_fit(num_blocks, block_size, chunk);
         let max_model_len = match max_model_len {
             Some(m) if m > model_context => {
                 return Err(format!(
                     "--max-model-len {m} exceeds the model's context length of {model_context} tokens"
                 ));
             }
-            Some(m) if m > capacity_tokens => {
+            Some(m) if m > longest => {
                 return Err(format!(
-                    "--max-model-len {m} exceeds the KV pool's {capacity_tokens} tokens: raise --kv-cache-memory"
+                    "--max-model-len {m} exceeds the {longest} tokens the KV pool holds for one sequence: raise \
+                     --kv-cache-memory"
                 ));
             }
             Some(0) => return Err("--max-model-len must be at least 1".into()),
             Some(m) => m,
-            None => model_context.min(capacity_tokens),
+            None => model_context.min(longest),
         };
+        // Tokens of pool a max-length sequence costs: its length in each full
+        // group, a window and a chunk in each windowed one.
+        let cost: usize = groups
+            .windows
+            .iter()
+            .map(|w| match w {
+                None => max_model_len,
+                Some(w) => {
+                    max_model_len.min(((w.saturating_sub(1) + chunk.max(1)).div_ceil(block_size) + 1) * block_size)
+                }
+            })
+            .sum();
+        let max_concurrency = (num_blocks * block_size) as f64 / cost.max(1) as f64;
         Ok(Self {
             bytes_per_token,
             block_size,
             num_blocks,
-            capacity_tokens,
+            kv_groups: groups.len(),
+            layers_per_block: groups.slots,
+            capacity_tokens: ((num_blocks * block_size) as u128 * max_model_len as u128 / cost.max(1) as u128) as usize,
+            flat_capacity_tokens,
             max_model_len,
-            max_concurrency: capacity_tokens as f64 / max_model_len as f64,
+            max_concurrency,
             pool_bytes: num_blocks as u64 * block_bytes,
         })
     }
 
     /// The start-up line, in the spirit of vLLM's "KV cache size / maximum concurrency".
     pub fn describe(&self) -> String {
+        let hybrid = if self.kv_groups > 1 || self.capacity_tokens != self.flat_capacity_tokens {
+            format!(
+                " (hybrid: {} KV groups of {} layers, windowed blocks released; flat layout: {} tokens)",
+                self.kv_groups, self.layers_per_block, self.flat_capacity_tokens
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "KV cache: {} bytes/token (2·L·H_kv·d_h·4), block size {}, {} blocks = {} tokens ({:.1} MiB); \
+            "KV cache: {} bytes/token (2·L·H_kv·d_h·4), block size {}, {} blocks = {} tokens{hybrid} ({:.1} MiB); \
              max model len {}, maximum concurrency {:.2}x",
             self.bytes_per_token,
             self.block_size,

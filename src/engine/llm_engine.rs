@@ -17,7 +17,7 @@ use super::request::{Prompt, tokenize_prompt, validate_request};
 use super::scheduler::{Scheduler, SchedulerConfig};
 use super::sequence::{FinishReason, SeqId, SeqStatus, Sequence};
 use super::step_budget::StepBudget;
-use super::{BlockManager, EngineError};
+use super::{BlockManager, EngineError, KvCache, KvGroups};
 use crate::backend::wgsl::Kernels;
 use crate::backend::{Backend, OpenBackend};
 use crate::gpu::GpuContext;
@@ -83,10 +83,12 @@ impl LlmEngine {
             ModelFiles::Gguf { file, .. } => Tokenizer::from_gguf(file)?,
             ModelFiles::Hf { dir, .. } => Tokenizer::from_hf_dir(dir)?,
         };
+        let kv_groups = KvGroups::of(&model_config, cfg.hybrid_kv_cache);
         let plan = KvPlan::new(
+            &kv_groups,
             model_config.kv_bytes_per_token(),
-            model_config.layers,
             cfg.block_size,
+            cfg.max_num_batched_tokens,
             cfg.kv_cache_memory,
             kernels.max_buffer(),
             model_config.max_context,
@@ -106,11 +108,17 @@ impl LlmEngine {
         let model = DecoderModel::load(&kernels, &files, &load_config)?;
         timings.weights = t1.elapsed().as_secs_f64();
         let t2 = Instant::now();
+        let kv = KvCache::new(
+            &kernels,
+            &model.cfg,
+            kv_groups.clone(),
+            plan.num_blocks,
+            plan.block_size,
+        )?;
         let runner = ModelRunner::new(
             kernels,
             model,
-            plan.num_blocks,
-            plan.block_size,
+            kv,
             cfg.max_num_batched_tokens,
             cfg.max_num_seqs,
             plan.max_model_len,
@@ -124,7 +132,12 @@ impl LlmEngine {
             max_num_seqs: cfg.max_num_seqs,
             max_model_len: plan.max_model_len,
         };
-        let blocks = BlockManager::new(plan.num_blocks, plan.block_size, cfg.enable_prefix_caching);
+        let blocks = BlockManager::with_groups(
+            plan.num_blocks,
+            plan.block_size,
+            cfg.enable_prefix_caching,
+            kv_groups.windows.clone(),
+        );
         let static_bytes = runner.static_bytes();
         let tokenizer = Arc::new(tokenizer);
         let trace = (cfg.trace_steps > 0)
@@ -275,7 +288,7 @@ impl LlmEngine {
                     token_ids: &s.token_ids,
                     start: s.num_computed_tokens,
                     len: n,
-                    block_table: &s.block_table.blocks,
+                    block_tables: &s.block_table.blocks,
                     sample,
                     logits_from: None,
                 }
@@ -336,6 +349,9 @@ impl LlmEngine {
             sched
                 .blocks
                 .cache_full_blocks(&mut seq.block_table, &seq.token_ids, seq.num_computed_tokens);
+            sched
+                .blocks
+                .release_out_of_window(&mut seq.block_table, seq.num_computed_tokens);
             if seq.num_computed_tokens != seq.num_tokens() {
                 continue;
             }

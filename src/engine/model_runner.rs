@@ -4,9 +4,9 @@
 //! the logit rows that CPU sampling needs). `StepRunner` hides the backend from
 //! the engine.
 
-use super::{KvCache, StepBuffers};
+use super::{FREED, KvCache, StepBuffers};
 use crate::backend::{Backend, WeightInfo};
-use crate::model::decoder::{DecoderModel, Forward};
+use crate::model::decoder::{DecoderModel, Forward, LayerKv};
 use crate::model::{ModelConfig, ModelError, backend_err};
 
 /// One sequence's share of a step.
@@ -17,8 +17,9 @@ pub struct SeqChunk<'a> {
     /// Tokens already in the KV cache: this step computes `start..start + len`.
     pub start: usize,
     pub len: usize,
-    /// Physical block of each logical block (covers `start + len` tokens).
-    pub block_table: &'a [u32],
+    /// Each KV group's physical block of each logical block (covers `start +
+    /// len` tokens; `FREED` where a windowed group released it).
+    pub block_tables: &'a [Vec<u32>],
     /// Whether the last token of this chunk yields a next token.
     pub sample: bool,
     /// Every token of the chunk at or past this position yields a logits row
@@ -105,18 +106,18 @@ impl<B: Backend> StepRunner for ModelRunner<B> {
 }
 
 impl<B: Backend> ModelRunner<B> {
+    /// A runner over `kv` (`KvCache::new` on the same backend) for steps of up to
+    /// `max_tokens` tokens in `max_seqs` sequences of up to `max_model_len`.
     pub fn new(
         kernels: B,
         model: DecoderModel<B>,
-        num_blocks: usize,
-        block_size: usize,
+        kv: KvCache<B>,
         max_tokens: usize,
         max_seqs: usize,
         max_model_len: usize,
     ) -> Result<Self, ModelError> {
-        let kv = KvCache::new(&kernels, &model.cfg, num_blocks, block_size)?;
-        let max_blocks = max_model_len.div_ceil(block_size);
-        let bufs = StepBuffers::new(&kernels, &model.cfg, max_tokens, max_seqs, max_blocks)?;
+        let max_blocks = max_model_len.div_ceil(kv.block_size);
+        let bufs = StepBuffers::new(&kernels, &model.cfg, max_tokens, max_seqs, max_blocks, kv.groups.len())?;
         Ok(Self {
             model,
             kernels,
@@ -211,29 +212,56 @@ impl<B: Backend> ModelRunner<B> {
                 b.max_seqs
             )));
         }
+        let groups = self.kv.groups.len();
         let mut ids = Vec::with_capacity(t);
         let mut positions = Vec::with_capacity(t);
         let mut token_seq = Vec::with_capacity(t);
-        let mut slots = Vec::with_capacity(t);
-        let mut tables = vec![0u32; batch.len() * b.max_blocks];
+        let mut slots = vec![Vec::with_capacity(t); groups];
+        let mut tables = vec![vec![0u32; batch.len() * b.max_blocks]; groups];
+        // Per group: one past the highest block the step's tables name.
+        let mut top_block = vec![0usize; groups];
         let mut rows = Vec::new();
         for (s, c) in batch.iter().enumerate() {
             let end = c.start + c.len;
-            if end > c.token_ids.len() || end.div_ceil(bs) > c.block_table.len() || c.block_table.len() > b.max_blocks {
+            let logical = c.block_tables.first().map_or(0, Vec::len);
+            if c.block_tables.len() != groups
+                || c.block_tables.iter().any(|g| g.len() != logical)
+                || end > c.token_ids.len()
+                || end.div_ceil(bs) > logical
+                || logical > b.max_blocks
+            {
                 return Err(ModelError::Config(format!(
-                    "sequence {s}: chunk {}..{end} of {} tokens does not fit its {} blocks",
+                    "sequence {s}: chunk {}..{end} of {} tokens does not fit its {} blocks in {} of {groups} KV groups",
                     c.start,
                     c.token_ids.len(),
-                    c.block_table.len()
+                    logical,
+                    c.block_tables.len()
                 )));
             }
             for p in c.start..end {
                 ids.push(c.token_ids[p]);
                 positions.push(p as u32);
                 token_seq.push(s as u32);
-                slots.push(c.block_table[p / bs] * bs as u32 + (p % bs) as u32);
             }
-            tables[s * b.max_blocks..s * b.max_blocks + c.block_table.len()].copy_from_slice(c.block_table);
+            for (g, table) in c.block_tables.iter().enumerate() {
+                for p in c.start..end {
+                    let blk = table[p / bs];
+                    if blk == FREED {
+                        return Err(ModelError::Config(format!(
+                            "sequence {s}: token {p}'s block of KV group {g} was released"
+                        )));
+                    }
+                    slots[g].push(blk * bs as u32 + (p % bs) as u32);
+                }
+                // The device reads block 0 in place of a released one (its keys are masked).
+                let row = &mut tables[g][s * b.max_blocks..s * b.max_blocks + table.len()];
+                for (dst, &blk) in row.iter_mut().zip(table) {
+                    if blk != FREED {
+                        *dst = blk;
+                        top_block[g] = top_block[g].max(blk as usize + 1);
+                    }
+                }
+            }
             if let Some(from) = c.logits_from {
                 let first = ids.len() - c.len;
                 rows.extend((c.start.max(from)..end).map(|p| (first + p - c.start) as u32));
@@ -248,10 +276,12 @@ impl<B: Backend> ModelRunner<B> {
             .map_err(backend_err)?;
         ks.write(&b.token_seq, bytemuck::cast_slice(&token_seq))
             .map_err(backend_err)?;
-        ks.write(&b.slot_mapping, bytemuck::cast_slice(&slots))
-            .map_err(backend_err)?;
-        ks.write(&b.block_tables, bytemuck::cast_slice(&tables))
-            .map_err(backend_err)?;
+        for g in 0..groups {
+            ks.write(&b.slot_mapping[g], bytemuck::cast_slice(&slots[g]))
+                .map_err(backend_err)?;
+            ks.write(&b.block_tables[g], bytemuck::cast_slice(&tables[g]))
+                .map_err(backend_err)?;
+        }
         let n_rows = rows.len();
         if n_rows > b.max_seqs {
             return Err(ModelError::Config(format!(
@@ -266,27 +296,34 @@ impl<B: Backend> ModelRunner<B> {
         }
         ks.write(&b.logits_rows, bytemuck::cast_slice(&rows))
             .map_err(backend_err)?;
-        // The pool prefix this step touches, rounded up to a power of two of
-        // blocks so that its bindings change only when the prefix doubles.
-        let top_block = batch
+        // The pool prefix each group's step touches, rounded up to a power of
+        // two of blocks so that its bindings change only when the prefix doubles.
+        let kv_rows: Vec<u32> = top_block
             .iter()
-            .flat_map(|c| c.block_table)
-            .max()
-            .map_or(0, |&b| b as usize + 1);
-        let kv_blocks = top_block.next_power_of_two().min(self.kv.num_blocks);
+            .map(|&top| (top.max(1).next_power_of_two().min(self.kv.num_blocks) * bs) as u32)
+            .collect();
+        let layer_kv: Vec<LayerKv<B>> = self
+            .kv
+            .groups
+            .layer_slot
+            .iter()
+            .map(|&(g, slot)| LayerKv {
+                k: &self.kv.k[slot],
+                v: &self.kv.v[slot],
+                slot_mapping: &b.slot_mapping[g],
+                block_tables: &b.block_tables[g],
+                kv_rows: kv_rows[g],
+            })
+            .collect();
         let max_query_len = batch.iter().map(|c| c.len).max().unwrap_or(1) as u32;
         let forward = Forward {
             input_ids: &b.input_ids,
             positions: &b.positions,
             token_seq: &b.token_seq,
-            slot_mapping: &b.slot_mapping,
-            block_tables: &b.block_tables,
             max_blocks: b.max_blocks as u32,
             logits_rows: &b.logits_rows,
-            k_cache: &self.kv.k,
-            v_cache: &self.kv.v,
+            kv: &layer_kv,
             block_size: bs as u32,
-            kv_rows: (kv_blocks * bs) as u32,
             max_query_len,
             act: &b.act,
         };

@@ -6,7 +6,7 @@
 //! The window runs in chunks of the engine's step budget with a logits row per
 //! scored position (`SeqChunk::logits_from`); log-softmax is taken in f64.
 
-use super::{BlockTable, EngineError, LlmEngine, SeqChunk};
+use super::{BlockTable, CachedPrefix, EngineError, LlmEngine, SeqChunk};
 
 /// The running result.
 #[derive(Clone, Copy, Debug, Default)]
@@ -51,7 +51,8 @@ impl LlmEngine {
             .cfg
             .max_num_batched_tokens
             .min(self.scheduler.cfg.max_num_seqs);
-        if n > self.plan.max_model_len || n.div_ceil(bs) > self.scheduler.blocks.num_free_blocks() {
+        let groups = self.scheduler.blocks.num_groups();
+        if n > self.plan.max_model_len || n.div_ceil(bs) * groups > self.scheduler.blocks.num_free_blocks() {
             return Err(EngineError::Config(format!(
                 "a window of {n} tokens does not fit (max model length {}, {} free KV blocks of {bs})",
                 self.plan.max_model_len,
@@ -59,7 +60,7 @@ impl LlmEngine {
             )));
         }
         let mut table = BlockTable::default();
-        self.scheduler.blocks.allocate(&mut table, (Vec::new(), Vec::new()), n);
+        self.scheduler.blocks.allocate(&mut table, CachedPrefix::default(), n);
         let vocab = self.model_config.vocab;
         let mut out = Vec::with_capacity(n.saturating_sub(first + 1));
         let mut result = Ok(());
@@ -69,7 +70,7 @@ impl LlmEngine {
                 token_ids: tokens,
                 start,
                 len,
-                block_table: &table.blocks,
+                block_tables: &table.blocks,
                 sample: false,
                 logits_from: Some(first),
             };

@@ -151,10 +151,10 @@ impl Scheduler {
                 };
                 let seq = &self.seqs[&id];
                 let cached = self.blocks.cached_prefix(&seq.token_ids);
-                let num_cached = cached.0.len() * self.blocks.block_size;
+                let num_cached = cached.len() * self.blocks.block_size;
                 let need = (seq.num_tokens() - num_cached).min(budget);
-                let fits = self.running.len() < self.cfg.max_num_seqs
-                    && self.blocks.can_allocate(&cached.0, num_cached + need);
+                let fits =
+                    self.running.len() < self.cfg.max_num_seqs && self.blocks.can_allocate(&cached, num_cached + need);
                 if !fits {
                     // A request with nothing running waits behind one that holds
                     // several slots: take one of those back (it is recomputed later).

@@ -63,7 +63,7 @@ impl LlmEngine {
         let n = b.num_blocks();
         let mut owners = vec![-1i64; n];
         for (&id, s) in &self.scheduler.seqs {
-            for &blk in &s.block_table.blocks {
+            for blk in s.block_table.held() {
                 let o = &mut owners[blk as usize];
                 if *o < 0 || (id as i64) < *o {
                     *o = id as i64;
@@ -103,7 +103,7 @@ impl LlmEngine {
             };
             Some(json!({"id": id, "state": state, "prompt_tokens": s.prompt_len,
                 "output_tokens": s.num_tokens() - s.prompt_len, "computed_tokens": s.num_computed_tokens,
-                "blocks": s.block_table.blocks.len(), "preemptions": s.num_preemptions,
+                "blocks": s.block_table.held().count(), "preemptions": s.num_preemptions,
                 "age_s": s.times.arrival.elapsed().as_secs_f64()}))
         };
         // A long queue is listed by its head; the counts are whole.

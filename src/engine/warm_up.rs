@@ -184,12 +184,12 @@ impl LlmEngine {
         if last == 0 {
             return Ok(0);
         }
-        let table = [last];
+        let tables = vec![vec![last]; self.scheduler.blocks.num_groups()];
         let chunk = SeqChunk {
             token_ids: &[0],
             start: 0,
             len: 1,
-            block_table: &table,
+            block_tables: &tables,
             sample: true,
             logits_from: None,
         };
@@ -224,11 +224,13 @@ impl LlmEngine {
         }
         let seqs = cfg.max_num_seqs.min(self.plan.num_blocks);
         let ids = vec![0u32; n];
-        // `n` one-token sequences of a block each, or one of `n` tokens.
-        let (tables, len): (Vec<Vec<u32>>, usize) = if n <= seqs && !prefill {
-            ((0..n as u32).map(|b| vec![b]).collect(), 1)
+        // `n` one-token sequences of a block each, or one of `n` tokens (every
+        // KV group on the same blocks: a throwaway step's keys are never read).
+        let groups = self.scheduler.blocks.num_groups();
+        let (tables, len): (Vec<Vec<Vec<u32>>>, usize) = if n <= seqs && !prefill {
+            ((0..n as u32).map(|b| vec![vec![b]; groups]).collect(), 1)
         } else {
-            (vec![(0..n.div_ceil(bs) as u32).collect()], n)
+            (vec![vec![(0..n.div_ceil(bs) as u32).collect(); groups]], n)
         };
         let chunks: Vec<SeqChunk> = tables
             .iter()
@@ -236,7 +238,7 @@ impl LlmEngine {
                 token_ids: &ids[..len],
                 start: 0,
                 len,
-                block_table: t,
+                block_tables: t,
                 sample: true,
                 logits_from: None,
             })

@@ -92,29 +92,37 @@ pub struct DecoderModel<B: Backend> {
 }
 
 /// What one forward pass reads and writes besides the weights: the step's
-/// arrays (token ids, positions, the sequence of each token, KV slots, block
-/// tables, the rows to sample), each layer's paged KV cache, and the activation
-/// buffers. The model runner owns all of them (as nano-vllm's does) and lends
-/// them to the model for a step.
+/// arrays (token ids, positions, the sequence of each token, the rows to
+/// sample), each layer's paged KV cache with its KV group's slots and block
+/// tables, and the activation buffers. The model runner owns all of them (as
+/// nano-vllm's does) and lends them to the model for a step.
 pub struct Forward<'a, B: Backend> {
-    // input_ids, positions, token_seq, slot_mapping: (t) u32
+    // input_ids, positions, token_seq: (t) u32
     pub input_ids: &'a B::Buffer,
     pub positions: &'a B::Buffer,
     pub token_seq: &'a B::Buffer,
-    pub slot_mapping: &'a B::Buffer,
-    // block_tables: (seqs, max_blocks) u32; logits_rows: (n_rows) u32
-    pub block_tables: &'a B::Buffer,
     pub max_blocks: u32,
+    // logits_rows: (n_rows) u32
     pub logits_rows: &'a B::Buffer,
-    // k_cache[l], v_cache[l]: (num_blocks * block_size, kv_heads * hd) f32
-    pub k_cache: &'a [B::Buffer],
-    pub v_cache: &'a [B::Buffer],
+    /// Each layer's cache and its group's step arrays.
+    pub kv: &'a [LayerKv<'a, B>],
     pub block_size: u32,
-    /// Rows of the caches this step touches (see `PagedKv::kv_rows`).
-    pub kv_rows: u32,
     /// The most tokens of one sequence in this step (see `PagedKv::max_query_len`).
     pub max_query_len: u32,
     pub act: &'a Activations<B>,
+}
+
+/// One layer's paged KV cache in a step: its K and V buffers (the layer's
+/// slot of the pool) and its KV group's slot mapping and block tables.
+pub struct LayerKv<'a, B: Backend> {
+    // k, v: (num_blocks * block_size, kv_heads * hd) f32
+    pub k: &'a B::Buffer,
+    pub v: &'a B::Buffer,
+    // slot_mapping: (t) u32; block_tables: (seqs, max_blocks) u32
+    pub slot_mapping: &'a B::Buffer,
+    pub block_tables: &'a B::Buffer,
+    /// Rows of the caches this step touches (see `PagedKv::kv_rows`).
+    pub kv_rows: u32,
 }
 
 /// The activation buffers of the forward pass, for up to `max_tokens` tokens
@@ -397,17 +405,18 @@ impl<B: Backend> DecoderModel<B> {
                 off,
                 stride: qkv_w,
             };
+            let kv = &f.kv[l];
             let paged = PagedKv {
-                k_cache: &f.k_cache[l],
-                v_cache: &f.v_cache[l],
+                k_cache: kv.k,
+                v_cache: kv.v,
                 kv_heads: hk,
                 head_dim: hd,
                 block_size: f.block_size,
                 positions: f.positions,
                 token_seq: f.token_seq,
-                block_tables: f.block_tables,
+                block_tables: kv.block_tables,
                 max_blocks: f.max_blocks,
-                kv_rows: f.kv_rows,
+                kv_rows: kv.kv_rows,
                 max_query_len: f.max_query_len,
                 window: layer.window,
                 scale: c
@@ -425,7 +434,7 @@ impl<B: Backend> DecoderModel<B> {
             let attn_norm = norm(&layer.attn_norm);
             match &layer.qkv {
                 QkvWeights::RopeFused(w) => {
-                    ks.gemm_rope_kv(enc, w, x, attn_norm, qkv_at(0), rope, paged, hq, f.slot_mapping, t)?
+                    ks.gemm_rope_kv(enc, w, x, attn_norm, qkv_at(0), rope, paged, hq, kv.slot_mapping, t)?
                 }
                 QkvWeights::Stacked(w) => ks.gemm(enc, w, x, qkv_at(0), t)?,
                 QkvWeights::Split { q, k, v } => {
@@ -442,7 +451,7 @@ impl<B: Backend> DecoderModel<B> {
                     ks.head_norm(enc, qkv_at(0), qn, eps, hq, hd, t)?;
                     ks.head_norm(enc, qkv_at(hq * hd), kn, eps, hk, hd, t)?;
                 }
-                ks.rope_cache_write(enc, &b.qkv, qkv_w, rope, paged, hq, f.slot_mapping, t)?;
+                ks.rope_cache_write(enc, &b.qkv, qkv_w, rope, paged, hq, kv.slot_mapping, t)?;
             }
             ks.paged_attention(enc, &b.qkv, qkv_w, paged, hq, t, &b.attn)?;
             let attn = Rows::new(&b.attn, (hq * hd) as usize);

@@ -6,7 +6,7 @@
 //! margin is below 0.01.
 
 use wllm::backend::Backend;
-use wllm::engine::{ModelRunner, SeqChunk};
+use wllm::engine::{KvCache, KvGroups, ModelRunner, SeqChunk};
 use wllm::model::{DecoderModel, ModelFiles};
 use wllm::tokenizer::Tokenizer;
 
@@ -29,7 +29,8 @@ pub fn load<B: Backend>(ks: B) -> (Tokenizer, ModelRunner<B>) {
     };
     let tok = Tokenizer::from_gguf(file).expect("tokenizer");
     let model = DecoderModel::load(&ks, &files, &cfg).expect("load");
-    let runner = ModelRunner::new(ks, model, 64, 16, 512, 4, 1024).expect("runner");
+    let kv = KvCache::new(&ks, &cfg, KvGroups::flat(cfg.layers), 64, 16).expect("kv");
+    let runner = ModelRunner::new(ks, model, kv, 512, 4, 1024).expect("runner");
     (tok, runner)
 }
 
@@ -47,7 +48,7 @@ pub fn check_greedy<B: Backend>(tok: &Tokenizer, runner: &ModelRunner<B>) {
             .map(|m| m.as_f64().unwrap())
             .collect();
         let mut all = prompt.clone();
-        let table: Vec<u32> = (0..64).collect();
+        let table: Vec<Vec<u32>> = vec![(0..64).collect()];
         // Prefill in chunks of 100 tokens to exercise chunked prefill too.
         let mut start = 0;
         let mut next = 0;
@@ -58,7 +59,7 @@ pub fn check_greedy<B: Backend>(tok: &Tokenizer, runner: &ModelRunner<B>) {
                 token_ids: &all,
                 start,
                 len,
-                block_table: &table,
+                block_tables: &table,
                 sample: last,
                 logits_from: None,
             };
@@ -91,7 +92,7 @@ pub fn check_greedy<B: Backend>(tok: &Tokenizer, runner: &ModelRunner<B>) {
                 token_ids: &all,
                 start: all.len() - 1,
                 len: 1,
-                block_table: &table,
+                block_tables: &table,
                 sample: true,
                 logits_from: None,
             };
