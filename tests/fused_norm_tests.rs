@@ -10,7 +10,7 @@ mod common;
 
 use common::*;
 use wllm::backend::wgsl::{GpuWeight, Kernels, PagedKv, Rows};
-use wllm::backend::{Backend, NormArgs, RopeArgs, RopePairing};
+use wllm::backend::{Backend, FusedOps, NormArgs, RopeArgs, RopePairing};
 use wllm::model::layer_weights::pair_rope_rows;
 use wllm::model::rope::rope_table;
 use wllm::quant::{self, Repacked, WeightFormat};

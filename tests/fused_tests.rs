@@ -9,7 +9,7 @@ mod common;
 
 use common::*;
 use wllm::backend::wgsl::{GpuWeight, PagedKv, Rows};
-use wllm::backend::{Backend, RopeArgs, RopePairing};
+use wllm::backend::{Backend, FusedOps, RopeArgs, RopePairing};
 use wllm::model::layer_weights::pair_rope_rows;
 use wllm::model::rope::rope_table;
 use wllm::quant::{self, Repacked, WeightFormat};

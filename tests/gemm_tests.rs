@@ -3,8 +3,8 @@
 mod common;
 
 use common::*;
-use wllm::backend::Backend;
 use wllm::backend::wgsl::Rows;
+use wllm::backend::{Backend, FusedOps};
 use wllm::quant::WeightFormat;
 
 /// Y = X·Wᵀ on the CPU in f64, and Σ|x·w| per element for the tolerance.

@@ -11,6 +11,7 @@
 pub mod cuda;
 pub mod device;
 mod error;
+mod fused;
 mod open;
 pub mod wgsl;
 
@@ -18,6 +19,7 @@ pub use open::{OpenBackend, OpenTimings, gpu_options, open};
 
 pub use device::Device;
 pub use error::BackendError;
+pub use fused::{FusedOps, Unfused};
 
 use crate::gpu::PipelineStats;
 use crate::quant::{Repacked, WeightFormat};
@@ -190,6 +192,8 @@ pub trait Backend: Send + 'static {
     type Step;
     /// The backend's own error type.
     type Error: std::error::Error + Send + Sync + 'static + Into<BackendError>;
+    /// Its fused ops (`Unfused` where it has none).
+    type Fused: FusedOps<Self>;
 
     /// The device, in words (name, API, driver).
     fn describe(&self) -> String;
@@ -294,73 +298,9 @@ pub trait Backend: Send + 'static {
         pairing: RopePairing,
     ) -> Result<(), Self::Error>;
 
-    /// Whether the gemms take the layer's rms_norms and residual adds (for
-    /// rows of `d` floats): `gemm_silu_mul` and `gemm_rope_kv` normalise their
-    /// x rows (`NormArgs`) and `gemm_residual` adds into the residual stream,
-    /// so a layer runs without `rms_norm`. When false the model runs
-    /// `rms_norm` (with its residual add) before those gemms.
-    fn fuses_norm(&self, _d: u32) -> bool {
-        false
-    }
-
-    /// y[t, :N] += X[t, :K] · Wᵀ for `t` rows: `gemm` with the residual add
-    /// (each element reduced exactly as `gemm` reduces it, then added to y's).
-    /// Only called where `fuses_norm` is true.
-    fn gemm_residual(
-        &self,
-        s: &mut Self::Step,
-        w: &Self::Weight,
-        x: Rows<Self::Buffer>,
-        y: Rows<Self::Buffer>,
-        t: u32,
-    ) -> Result<(), Self::Error>;
-
-    /// Whether `gemm_silu_mul` runs (as one kernel); when false the model runs
-    /// gate and up as one stacked `gemm` and then `silu_mul`.
-    fn fuses_gate_up(&self) -> bool {
-        false
-    }
-
-    /// out[t, i] = silu(Y[t, 2i]) · Y[t, 2i + 1] for `t` rows, where Y = X · Wᵀ
-    /// and W interleaves gate and up rows (gate i at row 2i, up i at 2i + 1;
-    /// `quant::Repacked::interleave_rows`): the MLP's gate, up and silu·mul in
-    /// one op. Each Y element is reduced exactly as `gemm` reduces it. Only
-    /// called where `fuses_gate_up` is true; `norm` only where `fuses_norm`.
-    fn gemm_silu_mul(
-        &self,
-        s: &mut Self::Step,
-        w: &Self::Weight,
-        x: Rows<Self::Buffer>,
-        norm: Option<NormArgs<Self::Buffer>>,
-        out: Rows<Self::Buffer>,
-        t: u32,
-    ) -> Result<(), Self::Error>;
-
-    /// Whether `gemm_rope_kv` runs (as one kernel); when false the model runs
-    /// the qkv `gemm` and then `rope_cache_write`.
-    fn fuses_qkv_rope(&self) -> bool {
-        false
-    }
-
-    /// The qkv `gemm`, then `rope_cache_write`, as one op: W stacks q, k, v
-    /// (`q_heads`, `kv.kv_heads`, `kv.kv_heads` heads of `kv.head_dim` rows),
-    /// its q and k rows ordered so each rotated pair is two adjacent rows
-    /// (`layer_weights::pair_rope_rows`). Each qkv element is reduced exactly
-    /// as `gemm` reduces it and rotated exactly as `rope` rotates it. Only
-    /// called where `fuses_qkv_rope` is true; `norm` only where `fuses_norm`.
-    fn gemm_rope_kv(
-        &self,
-        s: &mut Self::Step,
-        w: &Self::Weight,
-        x: Rows<Self::Buffer>,
-        norm: Option<NormArgs<Self::Buffer>>,
-        qkv: Rows<Self::Buffer>,
-        rope: RopeArgs<Self::Buffer>,
-        kv: PagedKv<Self::Buffer>,
-        q_heads: u32,
-        slot_mapping: &Self::Buffer,
-        t: u32,
-    ) -> Result<(), Self::Error>;
+    /// The fused forms of the layer's gemms (`FusedOps`), where the backend
+    /// has them; `None`: the model runs the unfused chain.
+    fn fused(&self) -> Option<&Self::Fused>;
 
     /// `rope` of the q and k heads (the first `q_heads + kv_heads` heads) of
     /// each row of the fused `qkv`, then `cache_write` of its K and V (the

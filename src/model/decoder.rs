@@ -16,7 +16,7 @@ use super::layer_weights::{
 };
 use super::rope::rope_table_scaled;
 use super::{ModelConfig, ModelError, ModelFiles, backend_err};
-use crate::backend::{Backend, Elementwise, NormArgs, PagedKv, RopeArgs, Rows, WeightInfo};
+use crate::backend::{Backend, Elementwise, FusedOps, NormArgs, PagedKv, RopeArgs, Rows, WeightInfo};
 use crate::quant;
 
 /// One decoder layer's weights.
@@ -72,6 +72,15 @@ impl<B: Backend> Layer<B> {
         v.push(&self.down);
         v
     }
+}
+
+/// The backend's fused ops. A layer holds weights laid out for them only where
+/// `Fusion::decide` found them on the backend it loaded on (`Backend::fused`
+/// is `Some` for every `Kernels`, `None` for every `CudaBackend`), so this
+/// holds whenever a fused layout is met.
+fn fused_ops<B: Backend>(ks: &B) -> &B::Fused {
+    ks.fused()
+        .expect("weights laid out for fused ops were loaded where the backend has them")
 }
 
 /// The model resident on the GPU.
@@ -434,7 +443,7 @@ impl<B: Backend> DecoderModel<B> {
             let attn_norm = norm(&layer.attn_norm);
             match &layer.qkv {
                 QkvWeights::RopeFused(w) => {
-                    ks.gemm_rope_kv(enc, w, x, attn_norm, qkv_at(0), rope, paged, hq, kv.slot_mapping, t)?
+                    fused_ops(ks).gemm_rope_kv(enc, w, x, attn_norm, qkv_at(0), rope, paged, hq, kv.slot_mapping, t)?
                 }
                 QkvWeights::Stacked(w) => ks.gemm(enc, w, x, qkv_at(0), t)?,
                 QkvWeights::Split { q, k, v } => {
@@ -456,7 +465,7 @@ impl<B: Backend> DecoderModel<B> {
             ks.paged_attention(enc, &b.qkv, qkv_w, paged, hq, t, &b.attn)?;
             let attn = Rows::new(&b.attn, (hq * hd) as usize);
             if fused {
-                ks.gemm_residual(enc, &layer.o, attn, Rows::new(&b.h, c.hidden), t)?;
+                fused_ops(ks).gemm_residual(enc, &layer.o, attn, Rows::new(&b.h, c.hidden), t)?;
             } else {
                 ks.gemm(enc, &layer.o, attn, Rows::new(&b.delta, c.hidden), t)?;
                 let out = post_norm(enc, layer.post_attn_norm.as_ref())?;
@@ -471,7 +480,7 @@ impl<B: Backend> DecoderModel<B> {
             match &layer.gate_up {
                 GateUpWeights::Interleaved(w) => {
                     let act = Rows::new(&b.act, c.intermediate);
-                    ks.gemm_silu_mul(enc, w, x, norm(&layer.ffn_norm), act, t)?;
+                    fused_ops(ks).gemm_silu_mul(enc, w, x, norm(&layer.ffn_norm), act, t)?;
                 }
                 GateUpWeights::Stacked(w) => {
                     ks.gemm(enc, w, x, gu_at(0), t)?;
@@ -485,7 +494,7 @@ impl<B: Backend> DecoderModel<B> {
             }
             let act = Rows::new(&b.act, c.intermediate);
             if fused {
-                ks.gemm_residual(enc, &layer.down, act, Rows::new(&b.h, c.hidden), t)?;
+                fused_ops(ks).gemm_residual(enc, &layer.down, act, Rows::new(&b.h, c.hidden), t)?;
             } else {
                 ks.gemm(enc, &layer.down, act, Rows::new(&b.delta, c.hidden), t)?;
                 pending = Some(post_norm(enc, layer.post_ffn_norm.as_ref())?);

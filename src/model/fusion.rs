@@ -17,10 +17,10 @@
 //! the whole model (`Fusion::settle`).
 
 use super::ModelConfig;
-use crate::backend::{Activation, Backend};
+use crate::backend::{Activation, Backend, FusedOps};
 
 /// What runs fused in every layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Fusion {
     pub qkv_rope: bool,
     pub gate_up_act: bool,
@@ -31,12 +31,15 @@ impl Fusion {
     /// The plan for `cfg`'s family on backend `ks`, before the weights are seen.
     pub fn decide<B: Backend>(ks: &B, cfg: &ModelConfig) -> Self {
         let s = &cfg.spec;
-        let qkv_rope = ks.fuses_qkv_rope() && !s.qkv_bias && !s.qk_norm;
-        let gate_up_act = ks.fuses_gate_up() && s.act == Activation::Silu;
+        let Some(f) = ks.fused() else {
+            return Self::default();
+        };
+        let qkv_rope = f.fuses_qkv_rope() && !s.qkv_bias && !s.qk_norm;
+        let gate_up_act = f.fuses_gate_up() && s.act == Activation::Silu;
         Self {
             qkv_rope,
             gate_up_act,
-            norms: qkv_rope && gate_up_act && !s.post_norms && ks.fuses_norm(cfg.hidden as u32),
+            norms: qkv_rope && gate_up_act && !s.post_norms && f.fuses_norm(cfg.hidden as u32),
         }
     }
 

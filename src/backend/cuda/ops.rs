@@ -5,7 +5,7 @@ use super::CudaError;
 use super::exec::Arg::{self, F32, Ptr, U32};
 use super::program::format_suffix;
 use super::{CudaBackend, CudaBuffer, CudaStep, CudaWeight};
-use crate::backend::{Activation, Backend, Elementwise, MaskedArgmax, NormArgs, PagedKv, RopeArgs, RopePairing, Rows};
+use crate::backend::{Activation, Backend, Elementwise, MaskedArgmax, PagedKv, RopePairing, Rows, Unfused};
 use crate::quant::Repacked;
 
 /// Grid dimensions y and z are limited to 65535 blocks.
@@ -41,6 +41,7 @@ impl Backend for CudaBackend {
     type Weight = CudaWeight;
     type Step = CudaStep;
     type Error = CudaError;
+    type Fused = Unfused;
 
     fn describe(&self) -> String {
         CudaBackend::describe(self)
@@ -127,53 +128,8 @@ impl Backend for CudaBackend {
         self.gemm_rows(w, x, y, t)
     }
 
-    fn gemm_residual(
-        &self,
-        _s: &mut CudaStep,
-        _w: &CudaWeight,
-        _x: Rows<CudaBuffer>,
-        _y: Rows<CudaBuffer>,
-        _t: u32,
-    ) -> Result<(), CudaError> {
-        // fuses_norm is false here: the model runs rms_norm with its residual add.
-        Err(CudaError::Limit(
-            "gemm_residual is not fused on the cuda backend (the model adds the residual in rms_norm)".into(),
-        ))
-    }
-
-    fn gemm_silu_mul(
-        &self,
-        _s: &mut CudaStep,
-        _w: &CudaWeight,
-        _x: Rows<CudaBuffer>,
-        _norm: Option<NormArgs<CudaBuffer>>,
-        _out: Rows<CudaBuffer>,
-        _t: u32,
-    ) -> Result<(), CudaError> {
-        // fuses_gate_up is false here: the model stacks gate and up instead.
-        Err(CudaError::Limit(
-            "gemm_silu_mul is not fused on the cuda backend (the model runs gate/up as one gemm, then silu_mul)".into(),
-        ))
-    }
-
-    fn gemm_rope_kv(
-        &self,
-        _s: &mut CudaStep,
-        _w: &CudaWeight,
-        _x: Rows<CudaBuffer>,
-        _norm: Option<NormArgs<CudaBuffer>>,
-        _qkv: Rows<CudaBuffer>,
-        _rope: RopeArgs<CudaBuffer>,
-        _kv: PagedKv<CudaBuffer>,
-        _q_heads: u32,
-        _slot_mapping: &CudaBuffer,
-        _t: u32,
-    ) -> Result<(), CudaError> {
-        // fuses_qkv_rope is false here: the model runs gemm, then rope_cache_write.
-        Err(CudaError::Limit(
-            "gemm_rope_kv is not fused on the cuda backend (the model runs the qkv gemm, then rope and the cache write)"
-                .into(),
-        ))
+    fn fused(&self) -> Option<&Unfused> {
+        None
     }
 
     fn embed(

@@ -6,7 +6,9 @@
 use super::embed::EmbedParams;
 use super::kv_tex::{self, kv_caches, kv_prefix};
 use super::{GpuWeight, Kernels, PagedKv, Rows, gemm_ops};
-use crate::backend::{Activation, Backend, Elementwise, MaskedArgmax, NormArgs, RopeArgs, RopePairing, WeightInfo};
+use crate::backend::{
+    Activation, Backend, Elementwise, FusedOps, MaskedArgmax, NormArgs, RopeArgs, RopePairing, WeightInfo,
+};
 use crate::gpu::{Bound, BufSlice, GpuError, StepEncoder};
 use crate::quant::{Repacked, WeightFormat};
 
@@ -77,6 +79,7 @@ impl Backend for Kernels {
     type Weight = GpuWeight;
     type Step = StepEncoder;
     type Error = GpuError;
+    type Fused = Kernels;
 
     fn describe(&self) -> String {
         self.ctx.describe()
@@ -163,14 +166,6 @@ impl Backend for Kernels {
         )
     }
 
-    fn fuses_gate_up(&self) -> bool {
-        true
-    }
-
-    fn fuses_norm(&self, d: u32) -> bool {
-        Kernels::fuses_norm(self, d)
-    }
-
     fn row_tile_caps(&self, format: WeightFormat) -> Vec<u32> {
         Kernels::row_tile_caps(self, format)
     }
@@ -179,59 +174,8 @@ impl Backend for Kernels {
         Kernels::set_row_tile_cap(self, cap);
     }
 
-    fn gemm_residual(&self, enc: &mut StepEncoder, w: &GpuWeight, x: Rows, y: Rows, t: u32) -> Result<(), GpuError> {
-        self.gemm_epilogue(
-            enc,
-            w,
-            x,
-            None,
-            y,
-            t,
-            &self.row_passes(w, t),
-            &gemm_ops::Epilogue::Residual,
-        )
-    }
-
-    fn gemm_silu_mul(
-        &self,
-        enc: &mut StepEncoder,
-        w: &GpuWeight,
-        x: Rows,
-        norm: Option<NormArgs<wgpu::Buffer>>,
-        out: Rows,
-        t: u32,
-    ) -> Result<(), GpuError> {
-        self.gemm_epilogue(
-            enc,
-            w,
-            x,
-            norm,
-            out,
-            t,
-            &self.row_passes(w, t),
-            &gemm_ops::Epilogue::SiluMul,
-        )
-    }
-
-    fn fuses_qkv_rope(&self) -> bool {
-        Kernels::fuses_qkv_rope(self)
-    }
-
-    fn gemm_rope_kv(
-        &self,
-        enc: &mut StepEncoder,
-        w: &GpuWeight,
-        x: Rows,
-        norm: Option<NormArgs<wgpu::Buffer>>,
-        qkv: Rows,
-        rope: RopeArgs<wgpu::Buffer>,
-        kv: PagedKv,
-        q_heads: u32,
-        slot_mapping: &wgpu::Buffer,
-        t: u32,
-    ) -> Result<(), GpuError> {
-        let passes = self.row_passes(w, t);
-        self.gemm_rope_kv_passes(enc, w, x, qkv, rope, kv, q_heads, slot_mapping, t, &passes, norm)
+    fn fused(&self) -> Option<&Kernels> {
+        Some(self)
     }
 
     fn rope_cache_write(
@@ -561,5 +505,71 @@ impl Backend for Kernels {
         let p = [a.count, a.n, a.words, 0];
         enc.dispatch(&self.masked_argmax, u32s(&p), &bufs, [a.count, 1, 1]);
         Ok(())
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+impl FusedOps<Kernels> for Kernels {
+    fn fuses_gate_up(&self) -> bool {
+        true
+    }
+
+    fn fuses_norm(&self, d: u32) -> bool {
+        Kernels::fuses_norm(self, d)
+    }
+
+    fn gemm_residual(&self, enc: &mut StepEncoder, w: &GpuWeight, x: Rows, y: Rows, t: u32) -> Result<(), GpuError> {
+        self.gemm_epilogue(
+            enc,
+            w,
+            x,
+            None,
+            y,
+            t,
+            &self.row_passes(w, t),
+            &gemm_ops::Epilogue::Residual,
+        )
+    }
+
+    fn gemm_silu_mul(
+        &self,
+        enc: &mut StepEncoder,
+        w: &GpuWeight,
+        x: Rows,
+        norm: Option<NormArgs<wgpu::Buffer>>,
+        out: Rows,
+        t: u32,
+    ) -> Result<(), GpuError> {
+        self.gemm_epilogue(
+            enc,
+            w,
+            x,
+            norm,
+            out,
+            t,
+            &self.row_passes(w, t),
+            &gemm_ops::Epilogue::SiluMul,
+        )
+    }
+
+    fn fuses_qkv_rope(&self) -> bool {
+        Kernels::fuses_qkv_rope(self)
+    }
+
+    fn gemm_rope_kv(
+        &self,
+        enc: &mut StepEncoder,
+        w: &GpuWeight,
+        x: Rows,
+        norm: Option<NormArgs<wgpu::Buffer>>,
+        qkv: Rows,
+        rope: RopeArgs<wgpu::Buffer>,
+        kv: PagedKv,
+        q_heads: u32,
+        slot_mapping: &wgpu::Buffer,
+        t: u32,
+    ) -> Result<(), GpuError> {
+        let passes = self.row_passes(w, t);
+        self.gemm_rope_kv_passes(enc, w, x, qkv, rope, kv, q_heads, slot_mapping, t, &passes, norm)
     }
 }
