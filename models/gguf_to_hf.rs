@@ -1,7 +1,9 @@
-//! gguf-to-hf: turns a Llama GGUF file into a Hugging Face directory —
-//! config.json, model.safetensors (matrices as f16, norms as f32; q and k rows
-//! un-permuted back to rotate-half order), tokenizer.json, tokenizer_config.json
-//! and generation_config.json.
+//! gguf-to-hf: turns a GGUF file of any family wllm runs (Llama, Qwen 2/3,
+//! Gemma 2/3, Phi-3) into a Hugging Face directory — config.json with the
+//! family's keys, model.safetensors under the family's tensor names (matrices
+//! as f16, vectors as f32; Llama's q and k rows un-permuted back to
+//! rotate-half order; Gemma's norms back to w where GGUF holds 1 + w),
+//! tokenizer.json, tokenizer_config.json and generation_config.json.
 //!
 //! Usage: gguf-to-hf MODEL.gguf OUT_DIR
 
@@ -11,7 +13,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use half::f16;
 use safetensors::tensor::{Dtype, TensorView};
-use wllm::model::{ModelConfig, ModelFiles, hf_tensor_name};
+use wllm::backend::{Activation, RopePairing};
+use wllm::model::arch::by_gguf;
+use wllm::model::{ModelConfig, ModelFiles, hf_tensor_name_for};
 use wllm::quant::dequantize;
 use wllm::tokenizer::Tokenizer;
 
@@ -30,10 +34,15 @@ fn unpermute(w: &[f32], heads: usize, hd: usize, cols: usize) -> Vec<f32> {
     out
 }
 
-fn config_json(c: &ModelConfig) -> serde_json::Value {
-    serde_json::json!({
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+/// config.json for `c`, under its family's `model_type` and keys.
+fn config_json(c: &ModelConfig, model_type: &str) -> anyhow::Result<serde_json::Value> {
+    if c.rope_freq_factors.is_some() {
+        bail!("the converter does not write rope_scaling (this file has rope_freqs)");
+    }
+    let s = &c.spec;
+    let mut j = serde_json::json!({
+        "architectures": [],
+        "model_type": model_type,
         "hidden_size": c.hidden,
         "num_hidden_layers": c.layers,
         "num_attention_heads": c.heads,
@@ -45,9 +54,44 @@ fn config_json(c: &ModelConfig) -> serde_json::Value {
         "rope_theta": c.rope_theta,
         "max_position_embeddings": c.max_context,
         "tie_word_embeddings": c.tie_embeddings,
-        "hidden_act": "silu",
+        "hidden_act": match s.act {
+            Activation::Silu => "silu",
+            Activation::GeluTanh => "gelu_pytorch_tanh",
+        },
         "torch_dtype": "float16",
-    })
+    });
+    let mut put = |k: &str, v: serde_json::Value| j[k] = v;
+    if model_type == "qwen3" {
+        put("attention_bias", s.qkv_bias.into());
+    }
+    if let Some(scale) = s.attn_scale {
+        put("query_pre_attn_scalar", (1.0 / f64::from(scale).powi(2)).round().into());
+    }
+    if let Some(v) = s.attn_softcap {
+        put("attn_logit_softcapping", f64::from(v).into());
+    }
+    if let Some(v) = s.final_softcap {
+        put("final_logit_softcapping", f64::from(v).into());
+    }
+    if let Some(w) = s.sliding_window {
+        put("sliding_window", w.into());
+        if !s.swa_layers.is_empty() {
+            let types: Vec<&str> = (0..c.layers)
+                .map(|l| {
+                    if s.window(l).is_some() {
+                        "sliding_attention"
+                    } else {
+                        "full_attention"
+                    }
+                })
+                .collect();
+            put("layer_types", types.into());
+        }
+    }
+    if let Some(t) = s.rope_theta_swa {
+        put("rope_local_base_freq", t.into());
+    }
+    Ok(j)
 }
 
 fn convert(src: &Path, out: &Path) -> anyhow::Result<()> {
@@ -56,18 +100,31 @@ fn convert(src: &Path, out: &Path) -> anyhow::Result<()> {
         bail!("{} is not a GGUF file", src.display())
     };
     let cfg = files.config()?;
+    let Some(arch) = by_gguf(&cfg.arch) else {
+        bail!("no Hugging Face family for architecture {}", cfg.arch)
+    };
+    let config = config_json(&cfg, arch.hf[0])?;
+    // What the loader adds to the family's norms read from config.json (Gemma: 1).
+    let norm_offset = ModelConfig::from_hf_json(&config.to_string())?.spec.norm_offset;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let mut data: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
     let mut names: Vec<&String> = file.tensors.keys().collect();
     names.sort();
     for name in names {
-        let Some(hf) = hf_tensor_name(name) else { continue };
+        let Some(hf) = hf_tensor_name_for(Some(arch), name) else {
+            continue;
+        };
         let t = files.tensor(name)?;
         let mut v = dequantize(t.format, &t.bytes, t.rows, t.cols)?;
-        if name.ends_with("attn_q.weight") {
-            v = unpermute(&v, cfg.heads, cfg.head_dim, t.cols);
-        } else if name.ends_with("attn_k.weight") {
-            v = unpermute(&v, cfg.kv_heads, cfg.head_dim, t.cols);
+        if arch.gguf_pairing == RopePairing::Adjacent {
+            if name.ends_with("attn_q.weight") {
+                v = unpermute(&v, cfg.heads, cfg.head_dim, t.cols);
+            } else if name.ends_with("attn_k.weight") {
+                v = unpermute(&v, cfg.kv_heads, cfg.head_dim, t.cols);
+            }
+        }
+        if name.ends_with("norm.weight") && norm_offset != 0.0 {
+            v.iter_mut().for_each(|x| *x -= norm_offset);
         }
         let (dtype, shape, bytes) = if t.rows == 1 {
             (
@@ -89,10 +146,7 @@ fn convert(src: &Path, out: &Path) -> anyhow::Result<()> {
         .map(|(n, d, s, b)| Ok((n.clone(), TensorView::new(*d, s.clone(), b)?)))
         .collect::<Result<_, safetensors::SafeTensorError>>()?;
     safetensors::serialize_to_file(views, None::<HashMap<String, String>>, &out.join("model.safetensors"))?;
-    std::fs::write(
-        out.join("config.json"),
-        serde_json::to_string_pretty(&config_json(&cfg))?,
-    )?;
+    std::fs::write(out.join("config.json"), serde_json::to_string_pretty(&config)?)?;
     let tok = Tokenizer::from_gguf(file)?;
     tok.save_json(&out.join("tokenizer.json"))?;
     let (bos, eos) = tok.special_token_strings();

@@ -81,6 +81,53 @@ fn hf_directory_from_the_converter_gives_the_same_tokens() {
     assert_eq!(gguf.tokenize(&chat).unwrap(), st.tokenize(&chat).unwrap());
 }
 
+/// Every family from a Hugging Face directory: a tiny f16 GGUF of each (its
+/// extra tensors, a window shorter than the prompts) and the directory the
+/// converter writes from it (the family's config.json keys and tensor names,
+/// Llama's q/k back in rotate-half order, Gemma's norms back to w) read as the
+/// same model and generate the same tokens.
+#[test]
+fn every_family_loads_from_a_hugging_face_directory() {
+    for arch in ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"] {
+        let dir = test_dir(&format!("convert_{arch}"));
+        let spec = TinySpec {
+            arch,
+            sliding_window: 5,
+            layers: 3,
+            formats: vec![wllm::quant::WeightFormat::F16],
+            ..Default::default()
+        };
+        let g = write_tiny_gguf(&dir, "tiny.gguf", &spec, &mut rng(3));
+        let hf = dir.join("hf");
+        convert(&g, &hf);
+        let cfg = |m: PathBuf| EngineConfig {
+            model: m,
+            kv_cache_memory: Some(1 << 20),
+            max_model_len: Some(128),
+            ..Default::default()
+        };
+        let mut a = LlmEngine::with_context(&kernels().ctx, &cfg(g)).unwrap();
+        let mut b = LlmEngine::with_context(&kernels().ctx, &cfg(hf)).unwrap();
+        let (sa, mut sb) = (a.model_config.spec.clone(), b.model_config.spec.clone());
+        // Gemma's norms: GGUF holds 1 + w, the directory w and the offset.
+        assert_eq!(
+            sb.norm_offset,
+            if arch.starts_with("gemma") { 1.0 } else { 0.0 },
+            "{arch}"
+        );
+        sb.norm_offset = sa.norm_offset;
+        assert_eq!(sa, sb, "{arch}: the directory's config.json reads as another model");
+        for n in [3usize, 11, 17] {
+            let prompt: Vec<u32> = (0..n).map(|i| ((i * 29 + n * 7) % 250) as u32).collect();
+            assert_eq!(
+                greedy(&mut a, &prompt, 10),
+                greedy(&mut b, &prompt, 10),
+                "{arch}, prompt of {n}"
+            );
+        }
+    }
+}
+
 fn tiny(name: &str) -> (PathBuf, PathBuf) {
     let dir = test_dir(name);
     let g = write_tiny_gguf(&dir, "tiny.gguf", &TinySpec::default(), &mut rng(1));
