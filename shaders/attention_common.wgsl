@@ -22,8 +22,11 @@ struct Params {
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 {% if kv_tex %}
-@group(0) @binding(2) var k_tex: texture_storage_2d_array<rgba32float, read>;
-@group(0) @binding(3) var v_tex: texture_storage_2d_array<rgba32float, read>;
+@group(0) @binding(2) var k_tex: texture_storage_2d_array<{{ kv_texel }}, read>;
+@group(0) @binding(3) var v_tex: texture_storage_2d_array<{{ kv_texel }}, read>;
+{% elif f16 %}
+@group(0) @binding(2) var<storage, read> k_cache: array<vec2<u32>>;
+@group(0) @binding(3) var<storage, read> v_cache: array<vec2<u32>>;
 {% else %}
 @group(0) @binding(2) var<storage, read> k_cache: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> v_cache: array<vec4<f32>>;
@@ -68,12 +71,32 @@ fn slot_of(table: u32, j: u32) -> u32 {
 }
 
 // Texel i (4 floats) of KV head kvh's K / V row at `slot`.
-{% if kv_tex %}
+{% if f16 %}
+// Four packed halves (half_pack.wgsl's order) as floats: exact.
+fn halves4(x: vec2<u32>) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(x.x), unpack2x16float(x.y));
+}
+{% endif %}
+{% if kv_tex and f16 %}
+fn k_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
+    return halves4(textureLoad(k_tex, vec2<u32>(kvh * D4 + i, slot % {{ slots_per_layer }}u), slot / {{ slots_per_layer }}u).xy);
+}
+fn v_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
+    return halves4(textureLoad(v_tex, vec2<u32>(kvh * D4 + i, slot % {{ slots_per_layer }}u), slot / {{ slots_per_layer }}u).xy);
+}
+{% elif kv_tex %}
 fn k_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
     return textureLoad(k_tex, vec2<u32>(kvh * D4 + i, slot % {{ slots_per_layer }}u), slot / {{ slots_per_layer }}u);
 }
 fn v_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
     return textureLoad(v_tex, vec2<u32>(kvh * D4 + i, slot % {{ slots_per_layer }}u), slot / {{ slots_per_layer }}u);
+}
+{% elif f16 %}
+fn k_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
+    return halves4(k_cache[slot * p.kv_heads * D4 + kvh * D4 + i]);
+}
+fn v_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
+    return halves4(v_cache[slot * p.kv_heads * D4 + kvh * D4 + i]);
 }
 {% else %}
 fn k_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {

@@ -138,8 +138,23 @@ vec4<f32>(xs(r, k + 4u), xs(r, k + 5u), xs(r, k + 6u), xs(r, k + 7u))); }
 @group(0) @binding({{ b0 + 1 }}) var<storage, read> table: array<vec2<f32>>;
 @group(0) @binding({{ b0 + 2 }}) var<storage, read> slot_mapping: array<u32>;
 {% if kv_tex %}
-@group(0) @binding({{ b0 + 3 }}) var k_tex: texture_storage_2d_array<rgba32float, write>;
-@group(0) @binding({{ b0 + 4 }}) var v_tex: texture_storage_2d_array<rgba32float, write>;
+@group(0) @binding({{ b0 + 3 }}) var k_tex: texture_storage_2d_array<{{ kv_texel }}, write>;
+@group(0) @binding({{ b0 + 4 }}) var v_tex: texture_storage_2d_array<{{ kv_texel }}, write>;
+{% if kv_f16 %}
+{% include "half_pack.wgsl" %}
+// Four values as one texel of packed halves.
+fn kv_texel(v: vec4<f32>) -> vec4<u32> {
+    return vec4<u32>(pack_halves(v.x, v.y), pack_halves(v.z, v.w), 0u, 0u);
+}
+{% else %}
+fn kv_texel(v: vec4<f32>) -> vec4<f32> { return v; }
+{% endif %}
+{% elif kv_f16 %}
+// A buffer of packed halves: the epilogue writes the rotated row to y only and
+// the host runs cache_write after it (a rotate-half pair's two values land in
+// different words), so the caches are bound but not touched here.
+@group(0) @binding({{ b0 + 3 }}) var<storage, read_write> k_cache: array<u32>;
+@group(0) @binding({{ b0 + 4 }}) var<storage, read_write> v_cache: array<u32>;
 {% else %}
 @group(0) @binding({{ b0 + 3 }}) var<storage, read_write> k_cache: array<f32>;
 @group(0) @binding({{ b0 + 4 }}) var<storage, read_write> v_cache: array<f32>;
@@ -209,11 +224,11 @@ fn store_group(t: u32, c: u32, tr: u32, slot: u32, a0: f32, a1: f32, a2: f32, a3
     let row = slot % {{ slots_per_layer }}u;
     let layer = slot / {{ slots_per_layer }}u;
     if (c >= qk) {
-        textureStore(v_tex, vec2<u32>((r0.ca - qk) / 4u, row), layer, lo);
-        textureStore(v_tex, vec2<u32>((c_hi - qk) / 4u, row), layer, hi);
+        textureStore(v_tex, vec2<u32>((r0.ca - qk) / 4u, row), layer, kv_texel(lo));
+        textureStore(v_tex, vec2<u32>((c_hi - qk) / 4u, row), layer, kv_texel(hi));
     } else {
-        textureStore(k_tex, vec2<u32>((r0.ca - p.q_w) / 4u, row), layer, lo);
-        textureStore(k_tex, vec2<u32>((c_hi - p.q_w) / 4u, row), layer, hi);
+        textureStore(k_tex, vec2<u32>((r0.ca - p.q_w) / 4u, row), layer, kv_texel(lo));
+        textureStore(k_tex, vec2<u32>((c_hi - p.q_w) / 4u, row), layer, kv_texel(hi));
     }
 }
 {% else %}
@@ -229,9 +244,12 @@ fn rot_pair(t: u32, c: u32, a: f32, b: f32) -> Pair {
     y[o + r.cb] = r.y1;
     return r;
 }
-// rot_pair, and K and V also to the paged cache at slot_mapping[t].
+// rot_pair, and K and V also to the paged cache at slot_mapping[t] (f32
+// caches; with `kv_f16` the host's cache_write copies them from y).
 fn store_pair(t: u32, c: u32, a: f32, b: f32) {
     let r = rot_pair(t, c, a, b);
+{% if kv_f16 %}
+{% else %}
     let qk = p.q_w + p.kv_w;
     let slot = slot_mapping[t] * p.kv_w;
     if (c >= qk) {
@@ -241,6 +259,7 @@ fn store_pair(t: u32, c: u32, a: f32, b: f32) {
         k_cache[slot + r.ca - p.q_w] = r.y0;
         k_cache[slot + r.cb - p.q_w] = r.y1;
     }
+{% endif %}
 }
 {% endif %}
 {% endif %}

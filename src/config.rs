@@ -24,6 +24,8 @@ pub struct EngineConfig {
     /// Longest prompt + output; default: the model's context, capped by the pool.
     pub max_model_len: Option<usize>,
     pub enable_prefix_caching: bool,
+    /// The KV cache's element type; `None`: auto (f16).
+    pub kv_cache_dtype: Option<KvDtype>,
     /// Keep the layers of a model with sliding-window layers (Gemma 2/3) in KV
     /// groups that release blocks out of the window (vLLM's hybrid KV cache
     /// manager); off: one flat pool, every layer a block per token block.
@@ -42,6 +44,13 @@ pub struct EngineConfig {
     pub trace_steps: usize,
 }
 
+impl EngineConfig {
+    /// The KV cache's element type, auto resolved (f16).
+    pub fn kv_dtype(&self) -> KvDtype {
+        self.kv_cache_dtype.unwrap_or_default()
+    }
+}
+
 impl Default for EngineConfig {
     fn default() -> Self {
         Self {
@@ -54,6 +63,7 @@ impl Default for EngineConfig {
             max_num_seqs: 64,
             max_model_len: None,
             enable_prefix_caching: true,
+            kv_cache_dtype: None,
             hybrid_kv_cache: true,
             pipeline_cache: PipelineCacheDir::User,
             gemm_tiles: None,
@@ -235,5 +245,51 @@ impl std::str::FromStr for GemmTiles {
             quant_prefill_tm: v[3],
             wg: v[4],
         })
+    }
+}
+
+/// The element type of the paged KV cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KvDtype {
+    /// 4 bytes an element.
+    F32,
+    /// IEEE half precision, 2 bytes an element: half the memory, values
+    /// rounded to 11 significant bits when written (the default).
+    #[default]
+    F16,
+}
+
+impl KvDtype {
+    /// Bytes of one element.
+    pub fn bytes(self) -> u64 {
+        match self {
+            Self::F32 => 4,
+            Self::F16 => 2,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::F16 => "f16",
+        }
+    }
+}
+
+impl std::str::FromStr for KvDtype {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "f32" | "float32" => Ok(Self::F32),
+            "f16" | "float16" | "half" => Ok(Self::F16),
+            _ => Err(format!("unknown KV cache dtype {s:?}: use f32 or f16")),
+        }
+    }
+}
+
+impl std::fmt::Display for KvDtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }

@@ -97,6 +97,19 @@ pub struct Metrics {
     /// Seconds the engine spent recording its step trace, and in its steps.
     pub trace_record_seconds_total: f64,
     pub step_seconds_total: f64,
+    /// The KV cache's configuration, set once the pool is made.
+    pub cache_config: CacheConfig,
+}
+
+/// The KV cache's configuration, as `wllm:cache_config_info` labels (vLLM's
+/// `cache_config_info`) and the pool's bytes.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct CacheConfig {
+    pub cache_dtype: String,
+    pub block_size: usize,
+    pub num_gpu_blocks: usize,
+    pub bytes_per_token: usize,
+    pub pool_bytes: u64,
 }
 
 impl Default for Metrics {
@@ -129,6 +142,7 @@ impl Default for Metrics {
             logits_rows_read_total: 0,
             trace_record_seconds_total: 0.0,
             step_seconds_total: 0.0,
+            cache_config: CacheConfig::default(),
         }
     }
 }
@@ -215,6 +229,16 @@ impl Metrics {
                 "Peak of gpu_memory_reserved_bytes",
                 self.gpu_memory_reserved_peak_bytes as f64,
             ),
+            (
+                "kv_cache_bytes",
+                "Bytes of the KV pool (of cache_config_info's cache_dtype)",
+                self.cache_config.pool_bytes as f64,
+            ),
+            (
+                "kv_cache_bytes_per_token",
+                "KV bytes one token takes in every layer (2 L H_kv d_h, times the dtype's bytes)",
+                self.cache_config.bytes_per_token as f64,
+            ),
         ];
         for (name, help, v) in gauges {
             let _ = writeln!(
@@ -222,6 +246,14 @@ impl Metrics {
                 "# HELP wllm:{name} {help}.\n# TYPE wllm:{name} gauge\nwllm:{name}{l} {v}"
             );
         }
+        let c = &self.cache_config;
+        let inner = &l[1..l.len() - 1];
+        let _ = writeln!(
+            s,
+            "# HELP wllm:cache_config_info The KV cache's configuration.\n# TYPE wllm:cache_config_info gauge\n\
+             wllm:cache_config_info{{{inner},block_size=\"{}\",cache_dtype=\"{}\",num_gpu_blocks=\"{}\"}} 1",
+            c.block_size, c.cache_dtype, c.num_gpu_blocks
+        );
         let counters = [
             (
                 "prompt_tokens_total",

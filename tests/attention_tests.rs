@@ -7,8 +7,8 @@ mod common;
 use common::reference::*;
 use common::*;
 use rand::seq::SliceRandom;
-use wllm::backend::Backend;
 use wllm::backend::wgsl::{PagedKv, Rows};
+use wllm::backend::{Backend, KvDtype};
 
 struct Case {
     heads: usize,
@@ -20,7 +20,7 @@ struct Case {
 /// Runs cache_write for every token of every sequence, then attention for the
 /// `query` tokens (sequence, position); returns (gpu, cpu) outputs.
 fn run_case(c: &Case, seq_lens: &[usize], queries: &[(usize, usize)], seed: u64) -> (Vec<f32>, Vec<f32>) {
-    run_case_on(kernels(), c, seq_lens, queries, seed, Pool::Buffers(3))
+    run_case_on(kernels(), c, seq_lens, queries, seed, Pool::Buffers(3), KvDtype::F32)
 }
 
 /// The caches a case writes and reads: buffers, or what `Backend::kv_cache`
@@ -38,6 +38,7 @@ fn run_case_on(
     queries: &[(usize, usize)],
     seed: u64,
     pool: Pool,
+    dtype: KvDtype,
 ) -> (Vec<f32>, Vec<f32>) {
     let mut r = rng(seed);
     let (h, hk, hd, bs) = (c.heads, c.kv_heads, c.hd, c.bs);
@@ -71,9 +72,12 @@ fn run_case_on(
         .collect();
     let (qkv_b, slot_b) = (upload(&qkv), upload(&slots));
     let (kc, vc) = match pool {
-        Pool::Buffers(_) => (zeros(total_blocks * bs * kv_w), zeros(total_blocks * bs * kv_w)),
+        Pool::Buffers(_) => {
+            let n = (total_blocks * bs * kv_w * dtype.bytes() as usize).div_ceil(4);
+            (zeros(n), zeros(n))
+        }
         Pool::KvCache(_) => {
-            let cache = || ks.kv_cache((total_blocks * bs) as u64, kv_w as u32).unwrap();
+            let cache = || ks.kv_cache((total_blocks * bs) as u64, kv_w as u32, dtype).unwrap();
             (cache(), cache())
         }
     };
@@ -93,6 +97,7 @@ fn run_case_on(
         &kc,
         &vc,
         (total_blocks * bs) as u32,
+        dtype,
         rows.len() as u32,
     )
     .unwrap();
@@ -110,6 +115,7 @@ fn run_case_on(
     let kv = PagedKv {
         k_cache: &kc,
         v_cache: &vc,
+        dtype,
         kv_heads: hk as u32,
         head_dim: hd as u32,
         block_size: bs as u32,
@@ -134,13 +140,13 @@ fn run_case_on(
             let keys: Vec<Vec<f32>> = (0..=p)
                 .map(|j| {
                     let o = row_of(s, j) * qkv_w + h * hd + kvh * hd;
-                    qkv[o..o + hd].to_vec()
+                    as_stored(&qkv[o..o + hd], dtype)
                 })
                 .collect();
             let vals: Vec<Vec<f32>> = (0..=p)
                 .map(|j| {
                     let o = row_of(s, j) * qkv_w + (h + hk) * hd + kvh * hd;
-                    qkv[o..o + hd].to_vec()
+                    as_stored(&qkv[o..o + hd], dtype)
                 })
                 .collect();
             want.extend(cpu_attention(
@@ -152,6 +158,21 @@ fn run_case_on(
         }
     }
     (got, want)
+}
+
+/// The tolerance against the CPU reference, whose K and V are rounded to the
+/// nearest half as the kernels round them (half_pack.wgsl): the same for
+/// both dtypes.
+fn tol(_dtype: KvDtype) -> f32 {
+    1e-4
+}
+
+/// Values as a cache of `dtype` holds them (f16: the nearest half).
+fn as_stored(v: &[f32], dtype: KvDtype) -> Vec<f32> {
+    match dtype {
+        KvDtype::F32 => v.to_vec(),
+        KvDtype::F16 => v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
+    }
 }
 
 #[test]
@@ -176,7 +197,15 @@ fn gpu_shaped_paged_attention_matches_cpu() {
     .enumerate()
     {
         let queries: Vec<(usize, usize)> = (30..67).map(|p| (2, p)).chain([(0, 0), (1, 2), (3, 129)]).collect();
-        let (got, want) = run_case_on(&ks, c, &[1, 3, 67, 130], &queries, 50 + ci as u64, Pool::Buffers(3));
+        let (got, want) = run_case_on(
+            &ks,
+            c,
+            &[1, 3, 67, 130],
+            &queries,
+            50 + ci as u64,
+            Pool::Buffers(3),
+            KvDtype::F32,
+        );
         close(&got, &want, 1e-5, &format!("attention case {ci}"));
     }
 }
@@ -237,16 +266,25 @@ fn paged_attention_is_batch_invariant() {
     };
     let seq_lens = [5usize, 100, 37];
     let batch: Vec<(usize, usize)> = (0..100).map(|p| (1, p)).chain([(0, 4), (2, 36)]).collect();
-    let (all, _) = run_case(&c, &seq_lens, &batch, 9);
-    let w = c.heads * c.hd;
-    for (qi, &q) in batch.iter().enumerate().filter(|(i, _)| i % 17 == 0 || *i >= 100) {
-        let (one, _) = run_case(&c, &seq_lens, &[q], 9);
-        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-        assert_eq!(
-            bits(&one),
-            bits(&all[qi * w..(qi + 1) * w]),
-            "query {q:?} alone differs from the batch"
-        );
+    // Every cache dtype, as buffers and as `Backend::kv_cache` makes them.
+    for (dtype, pool) in [
+        (KvDtype::F32, Pool::Buffers(3)),
+        (KvDtype::F16, Pool::Buffers(3)),
+        (KvDtype::F16, Pool::KvCache(3)),
+    ] {
+        let run = |q: &[(usize, usize)]| run_case_on(kernels(), &c, &seq_lens, q, 9, pool, dtype);
+        let (all, want) = run(&batch);
+        close(&all, &want, tol(dtype), &format!("{dtype}: against the CPU"));
+        let w = c.heads * c.hd;
+        for (qi, &q) in batch.iter().enumerate().filter(|(i, _)| i % 17 == 0 || *i >= 100) {
+            let (one, _) = run(&[q]);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&one),
+                bits(&all[qi * w..(qi + 1) * w]),
+                "{dtype}: query {q:?} alone differs from the batch"
+            );
+        }
     }
 }
 
@@ -286,14 +324,110 @@ fn paged_attention_over_kv_cache_textures_equals_buffers() {
         big.extend([(0, 0), (1, 2), (3, 129)]);
         for (what, queries) in [("decodes", decodes), ("prefill and decodes", big)] {
             let seed = 30 + ci as u64;
-            let (tex, want) = run_case_on(kernels(), &c, &seq_lens, &queries, seed, Pool::KvCache(spare));
-            let (buf, _) = run_case_on(kernels(), &c, &seq_lens, &queries, seed, Pool::Buffers(spare));
-            close(&tex, &want, 1e-5, &format!("case {ci}, {what}: textures vs CPU"));
-            assert_eq!(
-                bits(&tex),
-                bits(&buf),
-                "case {ci}, {what}: textures differ from buffers"
-            );
+            for dtype in [KvDtype::F32, KvDtype::F16] {
+                let run = |pool| run_case_on(kernels(), &c, &seq_lens, &queries, seed, pool, dtype);
+                let (tex, want) = run(Pool::KvCache(spare));
+                let (buf, _) = run(Pool::Buffers(spare));
+                let t = 1e-5;
+                close(&tex, &want, t, &format!("case {ci}, {what}, {dtype}: textures vs CPU"));
+                assert_eq!(
+                    bits(&tex),
+                    bits(&buf),
+                    "case {ci}, {what}, {dtype}: textures differ from buffers"
+                );
+            }
+        }
+    }
+}
+
+/// cache_write into an f16 cache rounds exactly as `half` does (to nearest,
+/// ties to even; subnormals, overflow to infinity, NaN kept), in a buffer and
+/// in what `Backend::kv_cache` makes (textures on CPU adapters).
+#[test]
+fn f16_cache_rounds_to_nearest_even() {
+    let ks = kernels();
+    let mut vals: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        65504.0,
+        65519.0,
+        65520.0,
+        1e6,
+        -1e6,
+        6.1e-5,
+        6.0e-8,
+        2.9e-8,
+        3.0e-8,
+        1e-10,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MIN_POSITIVE,
+    ];
+    // Ties and near-ties between neighbouring halves, normal and subnormal.
+    for h in [0x3c00u16, 0x3c01, 0x0001, 0x0002, 0x03ff, 0x0400, 0x7bfe, 0xbc03] {
+        let (a, b) = (half::f16::from_bits(h).to_f32(), half::f16::from_bits(h + 1).to_f32());
+        let mid = (a + b) / 2.0;
+        vals.extend([
+            mid,
+            f32::from_bits(mid.to_bits() + 1),
+            f32::from_bits(mid.to_bits() - 1),
+        ]);
+    }
+    let mut r = rng(3);
+    vals.extend(rand_vec(&mut r, 200).iter().map(|x| x * 3.7));
+    let width = 8usize;
+    vals.resize(vals.len().next_multiple_of(width), 0.5);
+    let rows = vals.len() / width;
+    // qkv rows of K then V (both the values).
+    let qkv: Vec<f32> = vals
+        .chunks(width)
+        .flat_map(|c| c.iter().chain(c.iter()).copied())
+        .collect();
+    let slots: Vec<u32> = (0..rows as u32).rev().collect();
+    let (qb, sb) = (upload(&qkv), upload(&slots));
+    for from_backend in [false, true] {
+        let cache = || match from_backend {
+            true => ks.kv_cache(rows as u64, width as u32, KvDtype::F16).unwrap(),
+            false => zeros((rows * width).div_ceil(2)),
+        };
+        let (kc, vc) = (cache(), cache());
+        let mut enc = encoder();
+        let qkv_rows = Rows {
+            buf: &qb,
+            off: 0,
+            stride: 2 * width as u32,
+        };
+        ks.cache_write(
+            &mut enc,
+            qkv_rows,
+            0,
+            width as u32,
+            width as u32,
+            &sb,
+            &kc,
+            &vc,
+            rows as u32,
+            KvDtype::F16,
+            rows as u32,
+        )
+        .unwrap();
+        run_read::<f32>(enc, &[]);
+        for c in [&kc, &vc] {
+            let got = ks.read_kv_cache(c, rows as u32, width as u32, KvDtype::F16).unwrap();
+            for (t, &s) in slots.iter().enumerate() {
+                for e in 0..width {
+                    let (x, g) = (vals[t * width + e], got[s as usize * width + e]);
+                    let want = half::f16::from_f32(x).to_f32();
+                    assert!(
+                        g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                        "{x:e} ({:#x}) became {g:e}, want {want:e} (kv_cache {from_backend})",
+                        x.to_bits()
+                    );
+                }
+            }
         }
     }
 }

@@ -10,7 +10,7 @@ mod common;
 
 use common::*;
 use wllm::backend::wgsl::{GpuWeight, Kernels, PagedKv, Rows};
-use wllm::backend::{Backend, FusedOps, NormArgs, RopeArgs, RopePairing};
+use wllm::backend::{Backend, FusedOps, KvDtype, NormArgs, RopeArgs, RopePairing};
 use wllm::model::layer_weights::pair_rope_rows;
 use wllm::model::rope::rope_table;
 use wllm::quant::{self, Repacked, WeightFormat};
@@ -204,12 +204,13 @@ fn gemm_rope_kv_with_norm(ks: &Kernels) {
         let run = |tm: Option<u32>| -> Vec<Vec<f32>> {
             let (qkv, kc, vc) = (
                 zeros(t * width),
-                ks.kv_cache(slots as u64, kv_rows as u32).unwrap(),
-                ks.kv_cache(slots as u64, kv_rows as u32).unwrap(),
+                ks.kv_cache(slots as u64, kv_rows as u32, KvDtype::F16).unwrap(),
+                ks.kv_cache(slots as u64, kv_rows as u32, KvDtype::F16).unwrap(),
             );
             let kv = PagedKv {
                 k_cache: &kc,
                 v_cache: &vc,
+                dtype: KvDtype::F16,
                 kv_heads: hk,
                 head_dim: hd,
                 block_size: 16,
@@ -242,7 +243,7 @@ fn gemm_rope_kv_with_norm(ks: &Kernels) {
                 }
             }
             let qkv_out: Vec<f32> = run_read(enc, &[(&qkv, t * width)]).remove(0);
-            let read = |c| ks.read_kv_cache(c, slots as u32, kv_rows as u32).unwrap();
+            let read = |c| ks.read_kv_cache(c, slots as u32, kv_rows as u32, KvDtype::F16).unwrap();
             vec![qkv_out, read(&kc), read(&vc)]
         };
         let unfused = run(None);

@@ -9,7 +9,7 @@ mod common;
 
 use common::*;
 use wllm::backend::wgsl::{GpuWeight, PagedKv, Rows};
-use wllm::backend::{Backend, FusedOps, RopeArgs, RopePairing};
+use wllm::backend::{Backend, FusedOps, KvDtype, RopeArgs, RopePairing};
 use wllm::model::layer_weights::pair_rope_rows;
 use wllm::model::rope::rope_table;
 use wllm::quant::{self, Repacked, WeightFormat};
@@ -171,15 +171,16 @@ fn rope_cache_write_equals_rope_then_cache_write() {
         let table = upload(&rope_table(40, hd as usize, 10000.0));
         let (pb, sb) = (upload(&pos), upload(&slot));
         // `tex`: the caches as `Backend::kv_cache` makes them (textures on CPU adapters).
-        let run = |fused: bool, tex: bool| -> Vec<Vec<f32>> {
+        let run = |fused: bool, tex: bool, dtype: KvDtype| -> Vec<Vec<f32>> {
             let cache = || match tex {
-                true => ks.kv_cache(slots as u64, kvw as u32).unwrap(),
-                false => zeros(slots * kvw),
+                true => ks.kv_cache(slots as u64, kvw as u32, dtype).unwrap(),
+                false => zeros((slots * kvw * dtype.bytes() as usize).div_ceil(4)),
             };
             let (xb, kc, vc) = (upload(&qkv), cache(), cache());
             let kv = PagedKv {
                 k_cache: &kc,
                 v_cache: &vc,
+                dtype,
                 kv_heads: hk,
                 head_dim: hd,
                 block_size: 16,
@@ -227,26 +228,38 @@ fn rope_cache_write_equals_rope_then_cache_write() {
                     &kc,
                     &vc,
                     slots as u32,
+                    dtype,
                     t as u32,
                 )
                 .unwrap();
             }
             let qkv_out: Vec<f32> = run_read(enc, &[(&xb, t * width)]).remove(0);
-            let read = |c| ks.read_kv_cache(c, slots as u32, kvw as u32).unwrap();
+            let read = |c| ks.read_kv_cache(c, slots as u32, kvw as u32, dtype).unwrap();
             vec![qkv_out, read(&kc), read(&vc)]
         };
-        let unfused = run(false, false);
-        for (fused, tex) in [(true, false), (true, true), (false, true)] {
-            let got = run(fused, tex);
-            for (what, (a, b)) in ["qkv", "k_cache", "v_cache"].iter().zip(got.iter().zip(&unfused)) {
-                assert_eq!(
-                    bits(a),
-                    bits(b),
-                    "{what}: hq {hq} hk {hk} hd {hd} T {t}, fused {fused}, textures {tex}"
-                );
+        for dtype in [KvDtype::F32, KvDtype::F16] {
+            let unfused = run(false, false, dtype);
+            for (fused, tex) in [(true, false), (true, true), (false, true)] {
+                let got = run(fused, tex, dtype);
+                for (what, (a, b)) in ["qkv", "k_cache", "v_cache"].iter().zip(got.iter().zip(&unfused)) {
+                    assert_eq!(
+                        bits(a),
+                        bits(b),
+                        "{what}: hq {hq} hk {hk} hd {hd} T {t}, fused {fused}, textures {tex}, {dtype}"
+                    );
+                }
+            }
+            // The halves are the f32 cache's values, each rounded to the
+            // nearest half, ties to even (half_pack.wgsl), as `half` rounds.
+            if dtype == KvDtype::F16 {
+                let full = run(false, false, KvDtype::F32);
+                for c in 1..3 {
+                    let rounded: Vec<f32> = full[c].iter().map(|&x| half::f16::from_f32(x).to_f32()).collect();
+                    assert_eq!(bits(&unfused[c]), bits(&rounded), "f16 cache {c}: hq {hq} hd {hd}");
+                }
             }
         }
-        let fused = run(true, false);
+        let fused = run(true, false, KvDtype::F32);
         // The written slots hold the rotated K and the V of their token.
         for (i, &s) in slot.iter().enumerate() {
             let row = &fused[0][i * width..(i + 1) * width];
@@ -313,15 +326,16 @@ fn gemm_rope_kv_equals_gemm_then_rope_cache_write() {
             };
             let kvw = kv_rows;
             // `tex`: the caches as `Backend::kv_cache` makes them (textures on CPU adapters).
-            let run = |tm: Option<u32>, tex: bool| -> Vec<Vec<f32>> {
+            let run = |tm: Option<u32>, tex: bool, dtype: KvDtype| -> Vec<Vec<f32>> {
                 let cache = || match tex {
-                    true => ks.kv_cache(slots as u64, kvw as u32).unwrap(),
-                    false => zeros(slots * kvw),
+                    true => ks.kv_cache(slots as u64, kvw as u32, dtype).unwrap(),
+                    false => zeros((slots * kvw * dtype.bytes() as usize).div_ceil(4)),
                 };
                 let (qkv, kc, vc) = (zeros(t * width), cache(), cache());
                 let kv = PagedKv {
                     k_cache: &kc,
                     v_cache: &vc,
+                    dtype,
                     kv_heads: hk,
                     head_dim: hd,
                     block_size: 16,
@@ -348,23 +362,29 @@ fn gemm_rope_kv_equals_gemm_then_rope_cache_write() {
                     }
                 }
                 let qkv_out: Vec<f32> = run_read(enc, &[(&qkv, t * width)]).remove(0);
-                let read = |c| ks.read_kv_cache(c, slots as u32, kvw as u32).unwrap();
+                let read = |c| ks.read_kv_cache(c, slots as u32, kvw as u32, dtype).unwrap();
                 vec![qkv_out, read(&kc), read(&vc)]
             };
-            let want = run(None, false);
-            let tiles = ks.row_tiles(&fused_w);
-            for &tm in &tiles {
-                // The texel stores do not depend on TM: the decode and the
-                // largest tile check them (every tile compiles its own pipeline).
-                let textures = tm == tiles[0] || Some(&tm) == tiles.last();
-                for tex in [false, true].into_iter().filter(|&tex| !tex || textures) {
-                    let got = run(Some(tm), tex);
-                    for (what, (a, b)) in ["qkv", "k_cache", "v_cache"].iter().zip(got.iter().zip(&want)) {
-                        assert_eq!(
-                            bits(a),
-                            bits(b),
-                            "{shapes} {format:?} {pairing:?} tile {tm} textures {tex}: {what}"
-                        );
+            for dtype in [KvDtype::F32, KvDtype::F16] {
+                let want = run(None, false, dtype);
+                let tiles = ks.row_tiles(&fused_w);
+                for &tm in &tiles {
+                    // The texel stores and the halves do not depend on TM: the
+                    // decode and the largest tile check them (every tile
+                    // compiles its own pipeline).
+                    let ends = tm == tiles[0] || Some(&tm) == tiles.last();
+                    if dtype == KvDtype::F16 && !ends {
+                        continue;
+                    }
+                    for tex in [false, true].into_iter().filter(|&tex| !tex || ends) {
+                        let got = run(Some(tm), tex, dtype);
+                        for (what, (a, b)) in ["qkv", "k_cache", "v_cache"].iter().zip(got.iter().zip(&want)) {
+                            assert_eq!(
+                                bits(a),
+                                bits(b),
+                                "{shapes} {format:?} {pairing:?} tile {tm} textures {tex} {dtype}: {what}"
+                            );
+                        }
                     }
                 }
             }

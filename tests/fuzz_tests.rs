@@ -265,7 +265,7 @@ fn config_json_parser_survives_mutations() {
         let text = String::from_utf8_lossy(&bytes);
         within(64 * bytes.len() + (4 << 20), "config.json", || {
             if let Ok(c) = wllm::model::ModelConfig::from_hf_json(&text) {
-                let _ = c.kv_bytes_per_token();
+                let _ = c.kv_bytes_per_token(wllm::config::KvDtype::F32);
             }
         });
     });

@@ -6,8 +6,9 @@
 
 mod common;
 
-use common::oracle_check::{check_greedy, ids, load};
+use common::oracle_check::{check_greedy, ids, load_with};
 use common::*;
+use wllm::backend::KvDtype;
 use wllm::backend::wgsl::Kernels;
 use wllm::model::ModelFiles;
 use wllm::tokenizer::{ChatMessage, Tokenizer};
@@ -38,8 +39,11 @@ fn tokenizer_matches_llama_cpp() {
     }
 }
 
+/// With the default f16 KV cache and with an f32 one.
 #[test]
 fn greedy_generation_matches_reference() {
-    let (tok, runner) = load(Kernels::new(&kernels().ctx).expect("kernels"));
-    check_greedy(&tok, &runner);
+    for dtype in [KvDtype::F16, KvDtype::F32] {
+        let (tok, runner) = load_with(Kernels::new(&kernels().ctx).expect("kernels"), dtype);
+        check_greedy(&tok, &runner);
+    }
 }

@@ -7,6 +7,7 @@ mod common;
 use common::tiny::{TinySpec, write_tiny_gguf};
 use common::*;
 use wllm::backend::Backend;
+use wllm::backend::KvDtype;
 use wllm::backend::wgsl::Kernels;
 use wllm::engine::{KvCache, KvGroups, ModelRunner, SeqChunk};
 use wllm::model::{DecoderModel, ModelFiles};
@@ -19,7 +20,7 @@ fn a_recorded_step_splits_by_kernel_and_runs_as_execute_does() {
     let cfg = files.config().unwrap();
     let ks = Kernels::new(&kernels().ctx).unwrap();
     let model = DecoderModel::load(&ks, &files, &cfg).unwrap();
-    let kv = KvCache::new(&ks, &cfg, KvGroups::flat(cfg.layers), 16, 4).unwrap();
+    let kv = KvCache::new(&ks, &cfg, KvGroups::flat(cfg.layers), KvDtype::F32, 16, 4).unwrap();
     let runner = ModelRunner::new(ks, model, kv, 64, 4, 64).unwrap();
     let ids: Vec<Vec<u32>> = (0..2).map(|s| (0..9).map(|i| 3 + i * 5 + s).collect()).collect();
     let tables = [vec![vec![0u32, 1, 2]], vec![vec![3, 4, 5]]];

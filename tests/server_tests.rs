@@ -140,6 +140,25 @@ fn endpoints_answer_in_openai_shapes() {
         for name in ["wllm:time_to_first_token_seconds_bucket", "wllm:inter_token_latency_seconds_count", "wllm:e2e_request_latency_seconds_sum", "wllm:num_requests_running", "wllm:kv_cache_usage_perc", "wllm:prompt_tokens_total", "wllm:generation_tokens_total", "wllm:prefix_cache_hits_total", "wllm:num_preemptions_total", "wllm:gpu_memory_reserved_bytes", "wllm:gpu_memory_allocated_peak_bytes"] {
             assert!(metrics.contains(name), "/metrics lacks {name}");
         }
+        // The KV cache's dtype and bytes (the default: f16, 2 bytes an element).
+        assert!(metrics.contains("cache_dtype=\"f16\""), "{metrics}");
+        let gauge = |name: &str| -> f64 {
+            let line = metrics.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("/metrics lacks {name}"));
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        let (st, engine) = get(&format!("{b}/engine/state")).await.unwrap();
+        assert_eq!(st, 200);
+        let e: Value = serde_json::from_str(&engine).unwrap();
+        let kv = &e["kv"];
+        assert_eq!(kv["dtype"], "f16", "{e}");
+        let per_token = gauge("wllm:kv_cache_bytes_per_token{");
+        assert_eq!(kv["bytes_per_token"].as_f64(), Some(per_token));
+        // The tiny model: 2 layers x 2 KV heads x head_dim 16, K and V, 2 bytes each.
+        assert_eq!(per_token, (2 * 2 * 2 * 16 * 2) as f64);
+        let pool = gauge("wllm:kv_cache_bytes{");
+        assert_eq!(kv["pool_bytes"].as_f64(), Some(pool));
+        let blocks = kv["num_blocks"].as_f64().unwrap() * kv["block_size"].as_f64().unwrap();
+        assert_eq!(pool, blocks * per_token);
     });
 }
 

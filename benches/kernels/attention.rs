@@ -11,8 +11,8 @@
 //! key once a KV head; a prefill tile of 8 tokens its last token's keys);
 //! GFLOP/s counts q·k and p·v, 4 · head_dim a (query head, key).
 
-use wllm::backend::Backend;
 use wllm::backend::wgsl::{Kernels, PagedKv, roofs};
+use wllm::backend::{Backend, KvDtype};
 
 const HEADS: u32 = 9;
 const KV_HEADS: u32 = 3;
@@ -39,8 +39,8 @@ fn run(ks: &Kernels, what: String, first: u32, queries: u32) -> AttentionRow {
     let kv_w = KV_HEADS * HEAD_DIM;
     let rows = u64::from(LAYERS * blocks * BLOCK);
     let (kc, vc) = (
-        ks.kv_cache(rows, kv_w).expect("kv cache"),
-        ks.kv_cache(rows, kv_w).expect("kv cache"),
+        ks.kv_cache(rows, kv_w, KvDtype::default()).expect("kv cache"),
+        ks.kv_cache(rows, kv_w, KvDtype::default()).expect("kv cache"),
     );
     let u32s = |v: &[u32]| ctx.storage_buffer(bytemuck::cast_slice(v), "attention bench");
     // Layer l's blocks, in reverse order as a pool hands them out after churn.
@@ -57,6 +57,7 @@ fn run(ks: &Kernels, what: String, first: u32, queries: u32) -> AttentionRow {
     let kv = |tb| PagedKv {
         k_cache: &kc,
         v_cache: &vc,
+        dtype: KvDtype::default(),
         kv_heads: KV_HEADS,
         head_dim: HEAD_DIM,
         block_size: BLOCK,

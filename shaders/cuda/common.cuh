@@ -35,6 +35,22 @@ __device__ __forceinline__ float h2f(u16 h) {
 #endif
 }
 
+// f32 to the nearest half (ties to even): the f16 KV cache's writes.
+__device__ __forceinline__ u16 f2h(float f) {
+#ifdef __CUDACC_RTC__
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#else
+    return wllm_emu_f2h(f);
+#endif
+}
+
+// Element e of a KV cache row of f32 (`f16` = 0) or halves (`f16` = 1).
+__device__ __forceinline__ float kv_at(const void* row, u32 e, u32 f16) {
+    return f16 ? h2f(((const u16*)row)[e]) : ((const float*)row)[e];
+}
+
 __device__ __forceinline__ float bf2f(u16 h) {
     return __uint_as_float(((u32)h) << 16);
 }

@@ -17,6 +17,8 @@ pub mod wgsl;
 
 pub use open::{OpenBackend, OpenTimings, gpu_options, open};
 
+/// The KV cache's element type (a setting, defined with the others).
+pub use crate::config::KvDtype;
 pub use device::Device;
 pub use error::BackendError;
 pub use fused::{FusedOps, Unfused};
@@ -68,9 +70,11 @@ pub struct MaskedArgmax<'a, B> {
 /// The paged KV cache and step arrays `paged_attention` reads.
 #[derive(Debug)]
 pub struct PagedKv<'a, B> {
-    // k_cache, v_cache: (num_blocks * block_size, kv_heads * head_dim) f32
+    // k_cache, v_cache: (num_blocks * block_size, kv_heads * head_dim) of `dtype`
     pub k_cache: &'a B,
     pub v_cache: &'a B,
+    /// The caches' element type (as `Backend::kv_cache` made them).
+    pub dtype: KvDtype,
     pub kv_heads: u32,
     pub head_dim: u32,
     pub block_size: u32,
@@ -204,13 +208,14 @@ pub trait Backend: Send + 'static {
     fn zeros(&self, bytes: u64) -> Result<Self::Buffer, Self::Error>;
     /// A buffer holding `data`.
     fn upload(&self, data: &[u8], label: &str) -> Result<Self::Buffer, Self::Error>;
-    /// A zeroed K or V cache of `rows` token slots of `width` floats (one
-    /// layer of the paged pool). Only the cache ops (`cache_write`,
-    /// `rope_cache_write`, `gemm_rope_kv`, `paged_attention`) may touch it: a
-    /// backend may hold it in another form than a plain buffer (wgpu on CPU
-    /// adapters: a texture, which llvmpipe reads eight lanes at a time).
-    fn kv_cache(&self, rows: u64, width: u32) -> Result<Self::Buffer, Self::Error> {
-        self.zeros(rows * u64::from(width) * 4)
+    /// A zeroed K or V cache of `rows` token slots of `width` elements of
+    /// `dtype` (one layer slot of the paged pool). Only the cache ops
+    /// (`cache_write`, `rope_cache_write`, `gemm_rope_kv`, `paged_attention`),
+    /// told the same dtype, may touch it: a backend may hold it in another
+    /// form than a plain buffer (wgpu on CPU adapters: a texture, which
+    /// llvmpipe reads eight lanes at a time).
+    fn kv_cache(&self, rows: u64, width: u32, dtype: KvDtype) -> Result<Self::Buffer, Self::Error> {
+        self.zeros(rows * u64::from(width) * dtype.bytes())
     }
     /// Bytes of a buffer.
     fn buffer_bytes(&self, b: &Self::Buffer) -> u64;
@@ -361,8 +366,9 @@ pub trait Backend: Send + 'static {
     fn elementwise(&self, s: &mut Self::Step, x: &Self::Buffer, n: u32, op: Elementwise) -> Result<(), Self::Error>;
 
     /// Copies K (at `k_off`) and V (at `v_off`) of each of `t` rows of `qkv`,
-    /// `kv_width` floats each, to row `slot_mapping[t]` of the caches; every
-    /// slot is below `kv_rows` (a backend may bind only those rows).
+    /// `kv_width` floats each, to row `slot_mapping[t]` of the caches (of
+    /// `dtype`: f16 rounds each value to the nearest half); every slot is
+    /// below `kv_rows` (a backend may bind only those rows).
     fn cache_write(
         &self,
         s: &mut Self::Step,
@@ -374,6 +380,7 @@ pub trait Backend: Send + 'static {
         k_cache: &Self::Buffer,
         v_cache: &Self::Buffer,
         kv_rows: u32,
+        dtype: KvDtype,
         t: u32,
     ) -> Result<(), Self::Error>;
 
@@ -448,6 +455,7 @@ pub fn rope_then_cache_write<B: Backend + ?Sized>(
         kv.k_cache,
         kv.v_cache,
         kv.kv_rows,
+        kv.dtype,
         t,
     )
 }

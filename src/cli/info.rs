@@ -50,7 +50,8 @@ pub fn run(a: &InfoArgs) -> anyhow::Result<()> {
     drop(backend);
     let plan = KvPlan::new(
         &wllm::engine::KvGroups::of(&c, cfg.hybrid_kv_cache),
-        c.kv_bytes_per_token(),
+        cfg.kv_dtype(),
+        c.kv_bytes_per_token(cfg.kv_dtype()),
         a.engine.block_size,
         a.engine.max_num_batched_tokens,
         a.engine.kv_cache_memory,
@@ -60,8 +61,13 @@ pub fn run(a: &InfoArgs) -> anyhow::Result<()> {
     )
     .map_err(anyhow::Error::msg)?;
     println!(
-        "KV bytes per token: 2 x {} layers x {} KV heads x {} head_dim x 4 bytes (f32) = {}",
-        c.layers, c.kv_heads, c.head_dim, plan.bytes_per_token
+        "KV bytes per token: 2 x {} layers x {} KV heads x {} head_dim x {} bytes ({}) = {}",
+        c.layers,
+        c.kv_heads,
+        c.head_dim,
+        plan.dtype.bytes(),
+        plan.dtype,
+        plan.bytes_per_token
     );
     println!("{}", plan.describe());
     if a.timings {

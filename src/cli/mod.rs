@@ -56,6 +56,10 @@ pub struct EngineArgs {
     /// (by default their blocks out of the window go back to the pool: vLLM's hybrid KV cache manager).
     #[arg(long, global = true)]
     pub disable_hybrid_kv_cache_manager: bool,
+    /// The KV cache's element type: auto (f16), f32 or f16 (half the memory of f32; values rounded to
+    /// 11 significant bits as they are written).
+    #[arg(long, global = true, default_value = "auto", value_parser = parse_kv_dtype, env = "WLLM_KV_CACHE_DTYPE")]
+    pub kv_cache_dtype: AutoKvDtype,
     /// Directory of the persisted GPU pipeline cache (default: $XDG_CACHE_HOME/wllm or the platform's).
     #[arg(long, global = true, env = "WLLM_PIPELINE_CACHE_DIR")]
     pub pipeline_cache_dir: Option<PathBuf>,
@@ -126,6 +130,7 @@ impl EngineArgs {
             max_model_len: self.max_model_len,
             enable_prefix_caching: !self.no_prefix_caching,
             hybrid_kv_cache: !self.disable_hybrid_kv_cache_manager,
+            kv_cache_dtype: self.kv_cache_dtype,
             pipeline_cache: match (&self.pipeline_cache_dir, self.no_pipeline_cache) {
                 (_, true) => wllm::config::PipelineCacheDir::Off,
                 (Some(d), false) => wllm::config::PipelineCacheDir::At(d.clone()),
@@ -231,5 +236,17 @@ impl SamplingArgs {
             max_tokens: None,
             ..wllm::SamplingParams::greedy()
         })
+    }
+}
+
+/// `--kv-cache-dtype`'s value: `None` for auto. An alias, so that clap takes
+/// the parser's `Option` as the value rather than as "flag may be absent".
+pub type AutoKvDtype = Option<wllm::config::KvDtype>;
+
+/// `--kv-cache-dtype`: auto (the engine's default) or a `KvDtype`.
+fn parse_kv_dtype(s: &str) -> Result<Option<wllm::config::KvDtype>, String> {
+    match s {
+        "auto" => Ok(None),
+        _ => s.parse().map(Some),
     }
 }

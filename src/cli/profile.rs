@@ -345,7 +345,7 @@ pub fn run(a: &ProfileArgs) -> anyhow::Result<()> {
     let max_tokens = max_batch.max(a.prefill).max(1);
     let kv_groups = KvGroups::of(&mc, cfg.hybrid_kv_cache);
     let groups = kv_groups.len();
-    let kv = KvCache::new(&kernels, &mc, kv_groups, num_blocks, bs)?;
+    let kv = KvCache::new(&kernels, &mc, kv_groups, cfg.kv_dtype(), num_blocks, bs)?;
     let runner = ModelRunner::new(kernels, model, kv, max_tokens, max_batch, max_len)?;
     // The row tile of batched gemms as `wllm serve`'s warm-up chooses it
     // (CPU adapters), so the steps below run the tiles serving runs.

@@ -4,6 +4,7 @@
 pub use crate::config::EngineConfig;
 
 use super::KvGroups;
+use crate::config::KvDtype;
 
 /// The default KV pool size.
 pub const DEFAULT_KV_CACHE_MEMORY: u64 = 512 << 20;
@@ -11,7 +12,9 @@ pub const DEFAULT_KV_CACHE_MEMORY: u64 = 512 << 20;
 /// How the KV pool works out for a model: the seed's formula and the block count.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct KvPlan {
-    /// 2 · L · H_kv · d_h · 4 bytes (f32).
+    /// The cache's element type.
+    pub dtype: KvDtype,
+    /// 2 · L · H_kv · d_h · b bytes (b = 4 for f32, 2 for f16).
     pub bytes_per_token: usize,
     pub block_size: usize,
     /// Pool pages: a block of every layer slot of a KV group.
@@ -35,6 +38,7 @@ impl KvPlan {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         groups: &KvGroups,
+        dtype: KvDtype,
         bytes_per_token: usize,
         block_size: usize,
         chunk: usize,
@@ -93,6 +97,7 @@ impl KvPlan {
             .sum();
         let max_concurrency = (num_blocks * block_size) as f64 / cost.max(1) as f64;
         Ok(Self {
+            dtype,
             bytes_per_token,
             block_size,
             num_blocks,
@@ -117,9 +122,11 @@ impl KvPlan {
             String::new()
         };
         format!(
-            "KV cache: {} bytes/token (2·L·H_kv·d_h·4), block size {}, {} blocks = {} tokens{hybrid} ({:.1} MiB); \
-             max model len {}, maximum concurrency {:.2}x",
+            "KV cache: {} {} bytes/token (2·L·H_kv·d_h·{}), block size {}, {} blocks = {} tokens{hybrid} ({:.1} \
+             MiB); max model len {}, maximum concurrency {:.2}x",
+            self.dtype,
             self.bytes_per_token,
+            self.dtype.bytes(),
             self.block_size,
             self.num_blocks,
             self.capacity_tokens,

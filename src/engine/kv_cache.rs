@@ -6,15 +6,16 @@
 //! sequence uses.
 
 use super::KvGroups;
-use crate::backend::Backend;
+use crate::backend::{Backend, KvDtype};
 use crate::model::{ModelConfig, ModelError, backend_err};
 
 /// The paged KV cache: one K and one V buffer per layer slot.
 pub struct KvCache<B: Backend> {
-    // k, v: per slot (num_blocks * block_size, kv_heads * hd) f32
+    // k, v: per slot (num_blocks * block_size, kv_heads * hd) of `dtype`
     pub k: Vec<B::Buffer>,
     pub v: Vec<B::Buffer>,
     pub groups: KvGroups,
+    pub dtype: KvDtype,
     pub num_blocks: usize,
     pub block_size: usize,
     /// Bytes of all K and V buffers.
@@ -26,6 +27,7 @@ impl<B: Backend> KvCache<B> {
         ks: &B,
         cfg: &ModelConfig,
         groups: KvGroups,
+        dtype: KvDtype,
         num_blocks: usize,
         block_size: usize,
     ) -> Result<Self, ModelError> {
@@ -41,7 +43,7 @@ impl<B: Backend> KvCache<B> {
                 cfg.layers
             )));
         }
-        let per_slot = (num_blocks * block_size * cfg.kv_heads * cfg.head_dim * 4) as u64;
+        let per_slot = (num_blocks * block_size * cfg.kv_heads * cfg.head_dim) as u64 * dtype.bytes();
         if per_slot > ks.max_buffer() {
             return Err(ModelError::Config(format!(
                 "a KV pool of {num_blocks} blocks needs {per_slot} bytes per layer, over the adapter's binding \
@@ -50,12 +52,13 @@ impl<B: Backend> KvCache<B> {
             )));
         }
         let (rows, width) = ((num_blocks * block_size) as u64, (cfg.kv_heads * cfg.head_dim) as u32);
-        let mk = |_| ks.kv_cache(rows, width).map_err(backend_err);
+        let mk = |_| ks.kv_cache(rows, width, dtype).map_err(backend_err);
         let slots = groups.slots;
         Ok(Self {
             k: (0..slots).map(mk).collect::<Result<_, _>>()?,
             v: (0..slots).map(mk).collect::<Result<_, _>>()?,
             groups,
+            dtype,
             num_blocks,
             block_size,
             bytes: 2 * slots as u64 * per_slot,

@@ -86,7 +86,8 @@ impl LlmEngine {
         let kv_groups = KvGroups::of(&model_config, cfg.hybrid_kv_cache);
         let plan = KvPlan::new(
             &kv_groups,
-            model_config.kv_bytes_per_token(),
+            cfg.kv_dtype(),
+            model_config.kv_bytes_per_token(cfg.kv_dtype()),
             cfg.block_size,
             cfg.max_num_batched_tokens,
             cfg.kv_cache_memory,
@@ -112,6 +113,7 @@ impl LlmEngine {
             &kernels,
             &model.cfg,
             kv_groups.clone(),
+            cfg.kv_dtype(),
             plan.num_blocks,
             plan.block_size,
         )?;
@@ -160,6 +162,13 @@ impl LlmEngine {
                 .file_name()
                 .map_or_else(|| cfg.model.display().to_string(), |f| f.to_string_lossy().into()),
             row_tile: None,
+        };
+        me.metrics.cache_config = crate::metrics::CacheConfig {
+            cache_dtype: me.plan.dtype.to_string(),
+            block_size: me.plan.block_size,
+            num_gpu_blocks: me.plan.num_blocks,
+            bytes_per_token: me.plan.bytes_per_token,
+            pool_bytes: me.runner.kv_bytes(),
         };
         me.update_gauges();
         Ok(me)

@@ -310,6 +310,7 @@ impl<B: Backend> ModelRunner<B> {
             .map(|&(g, slot)| LayerKv {
                 k: &self.kv.k[slot],
                 v: &self.kv.v[slot],
+                dtype: self.kv.dtype,
                 slot_mapping: &b.slot_mapping[g],
                 block_tables: &b.block_tables[g],
                 kv_rows: kv_rows[g],

@@ -129,6 +129,8 @@ impl LlmEngine {
             "running": running,
             "waiting": waiting,
             "kv": {"num_blocks": self.plan.num_blocks, "block_size": self.plan.block_size,
+                "dtype": self.plan.dtype, "bytes_per_token": self.plan.bytes_per_token,
+                "pool_bytes": self.runner.kv_bytes(), "kv_groups": self.plan.kv_groups,
                 "used": c.blocks_used, "cached": c.blocks_cached, "free": c.blocks_free,
                 "usage": self.scheduler.blocks.usage()},
             "block_map": self.block_map(),

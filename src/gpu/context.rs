@@ -61,6 +61,9 @@ pub struct GpuContext {
     /// rgba32float, rg32float, r32float) can be bound as a read-only storage
     /// texture, as those kernels bind them.
     pub storage_read_textures: bool,
+    /// Whether rg32uint array textures can be read and written as storage
+    /// textures (a KV cache of packed halves held as textures on CPU adapters).
+    pub f16_storage_textures: bool,
     cache_dir: Option<PathBuf>,
     pipelines: Arc<OnceLock<Arc<PipelineStore>>>,
 }
@@ -175,6 +178,13 @@ impl GpuContext {
                 .flags
                 .contains(wgpu::TextureFormatFeatureFlags::STORAGE_READ_ONLY)
         });
+        let f16_storage_textures = adapter
+            .get_texture_format_features(wgpu::TextureFormat::Rg32Uint)
+            .flags
+            .contains(
+                wgpu::TextureFormatFeatureFlags::STORAGE_READ_ONLY
+                    | wgpu::TextureFormatFeatureFlags::STORAGE_WRITE_ONLY,
+            );
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("wllm"),
@@ -196,6 +206,7 @@ impl GpuContext {
             limits: Arc::new(limits),
             features,
             storage_read_textures,
+            f16_storage_textures,
             cache_dir: opts.pipeline_cache.resolve().map(|d| d.join("pipelines")),
             pipelines: Arc::default(),
         })

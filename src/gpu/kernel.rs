@@ -21,6 +21,11 @@ pub enum Binding {
     LoadRg32Float = 8,
     LoadR32Float = 9,
     LoadRgba32FloatArray = 10,
+    /// `texture_storage_2d_array<rg32uint, write>`: a KV cache of halves,
+    /// four a texel, packed by the kernels (kv_tex.rs).
+    StoreRg32UintArray = 11,
+    /// `texture_storage_2d_array<rg32uint, read>`: the same, read.
+    LoadRg32UintArray = 12,
 }
 
 impl Binding {
@@ -32,6 +37,7 @@ impl Binding {
             Self::LoadRgba32Float | Self::LoadRgba32FloatArray | Self::StoreF32Array => Some(F::Rgba32Float),
             Self::LoadRg32Float => Some(F::Rg32Float),
             Self::LoadR32Float => Some(F::R32Float),
+            Self::StoreRg32UintArray | Self::LoadRg32UintArray => Some(F::Rg32Uint),
             Self::Read | Self::ReadWrite => None,
         }
     }
@@ -45,6 +51,7 @@ impl Binding {
             Some(F::Rgba32Float) => "rgba32float",
             Some(F::Rg32Float) => "rg32float",
             Some(F::R32Float) => "r32float",
+            Some(F::Rg32Uint) => "rg32uint",
             _ => "",
         }
     }
@@ -93,19 +100,20 @@ impl Kernel {
                 binding: i as u32 + 1,
                 visibility: wgpu::ShaderStages::COMPUTE,
                 ty: match b {
-                    Binding::StoreF32Array => wgpu::BindingType::StorageTexture {
+                    Binding::StoreF32Array | Binding::StoreRg32UintArray => wgpu::BindingType::StorageTexture {
                         access: wgpu::StorageTextureAccess::WriteOnly,
-                        format: wgpu::TextureFormat::Rgba32Float,
+                        format: b.texture_format().unwrap_or(wgpu::TextureFormat::Rgba32Float),
                         view_dimension: d2_array,
                     },
                     Binding::LoadRgba32Uint
                     | Binding::LoadRgba32Float
                     | Binding::LoadRg32Float
                     | Binding::LoadR32Float
-                    | Binding::LoadRgba32FloatArray => wgpu::BindingType::StorageTexture {
+                    | Binding::LoadRgba32FloatArray
+                    | Binding::LoadRg32UintArray => wgpu::BindingType::StorageTexture {
                         access: wgpu::StorageTextureAccess::ReadOnly,
                         format: b.texture_format().unwrap_or(wgpu::TextureFormat::Rgba32Float),
-                        view_dimension: if *b == Binding::LoadRgba32FloatArray {
+                        view_dimension: if matches!(b, Binding::LoadRgba32FloatArray | Binding::LoadRg32UintArray) {
                             d2_array
                         } else {
                             d2

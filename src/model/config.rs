@@ -170,9 +170,10 @@ impl ModelConfig {
         Ok(())
     }
 
-    /// KV-cache bytes per token: 2 · L · H_kv · d_h · b with b = 4 (f32).
-    pub fn kv_bytes_per_token(&self) -> usize {
-        2 * self.layers * self.kv_heads * self.head_dim * 4
+    /// KV-cache bytes per token: 2 · L · H_kv · d_h · b, b the element's bytes
+    /// (4 for f32, 2 for f16).
+    pub fn kv_bytes_per_token(&self, dtype: crate::config::KvDtype) -> usize {
+        2 * self.layers * self.kv_heads * self.head_dim * dtype.bytes() as usize
     }
 
     /// Width of the fused q|k|v row.

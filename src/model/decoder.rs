@@ -16,7 +16,7 @@ use super::layer_weights::{
 };
 use super::rope::rope_table_scaled;
 use super::{ModelConfig, ModelError, ModelFiles, backend_err};
-use crate::backend::{Backend, Elementwise, FusedOps, NormArgs, PagedKv, RopeArgs, Rows, WeightInfo};
+use crate::backend::{Backend, Elementwise, FusedOps, KvDtype, NormArgs, PagedKv, RopeArgs, Rows, WeightInfo};
 use crate::quant;
 
 /// One decoder layer's weights.
@@ -124,9 +124,10 @@ pub struct Forward<'a, B: Backend> {
 /// One layer's paged KV cache in a step: its K and V buffers (the layer's
 /// slot of the pool) and its KV group's slot mapping and block tables.
 pub struct LayerKv<'a, B: Backend> {
-    // k, v: (num_blocks * block_size, kv_heads * hd) f32
+    // k, v: (num_blocks * block_size, kv_heads * hd) of `dtype`
     pub k: &'a B::Buffer,
     pub v: &'a B::Buffer,
+    pub dtype: KvDtype,
     // slot_mapping: (t) u32; block_tables: (seqs, max_blocks) u32
     pub slot_mapping: &'a B::Buffer,
     pub block_tables: &'a B::Buffer,
@@ -418,6 +419,7 @@ impl<B: Backend> DecoderModel<B> {
             let paged = PagedKv {
                 k_cache: kv.k,
                 v_cache: kv.v,
+                dtype: kv.dtype,
                 kv_heads: hk,
                 head_dim: hd,
                 block_size: f.block_size,

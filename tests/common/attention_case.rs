@@ -2,7 +2,7 @@
 //! scrambled blocks, written by cache_write from a fused qkv, then every key
 //! position of every sequence queries through paged_attention (GQA).
 
-use wllm::backend::{Backend, PagedKv, Rows};
+use wllm::backend::{Backend, KvDtype, PagedKv, Rows};
 
 use super::reference::cpu_attention_capped;
 use super::{rand_vec, rng};
@@ -48,16 +48,24 @@ fn attention_data() -> AttentionData {
 }
 
 pub fn run_attention<B: Backend>(b: &B) -> Vec<f32> {
-    run_attention_with(b, 0, 0.0)
+    run_attention_with(b, 0, 0.0, KvDtype::F32, false)
 }
 
 pub fn reference_attention() -> Vec<f32> {
-    reference_attention_with(0, 0.0)
+    reference_attention_with(0, 0.0, KvDtype::F32)
 }
 
 /// The attention case under a sliding `window` (0: none) with scores
-/// soft-capped at `softcap` (0: none).
-pub fn run_attention_with<B: Backend>(b: &B, window: u32, softcap: f32) -> Vec<f32> {
+/// soft-capped at `softcap` (0: none), the caches of `dtype`: plain zeroed
+/// buffers, or made by `Backend::kv_cache` where `from_backend` (on wgpu's CPU
+/// adapters: textures).
+pub fn run_attention_with<B: Backend>(
+    b: &B,
+    window: u32,
+    softcap: f32,
+    dtype: KvDtype,
+    from_backend: bool,
+) -> Vec<f32> {
     let (heads, kvh, hd, bs) = ATT;
     let (qkv, pos, seq, slots, tables, max_blocks) = attention_data();
     let width = (heads + 2 * kvh) * hd;
@@ -65,20 +73,25 @@ pub fn run_attention_with<B: Backend>(b: &B, window: u32, softcap: f32) -> Vec<f
     let (qb, pb, sb, slb, tb) = (up(b, &qkv), up(b, &pos), up(b, &seq), up(b, &slots), up(b, &tables));
     // The blocks in use are 0..16 of a pool of 40: the ops see only that prefix.
     let kv_rows = (16 * bs) as u32;
-    let (kc, vc, o) = (
-        zeros(b, 40 * bs * kvh * hd),
-        zeros(b, 40 * bs * kvh * hd),
-        zeros(b, t * heads * hd),
-    );
+    let cache = || match from_backend {
+        true => b
+            .kv_cache((40 * bs) as u64, (kvh * hd) as u32, dtype)
+            .expect("kv_cache"),
+        false => b.zeros(40 * (bs * kvh * hd) as u64 * dtype.bytes()).expect("zeros"),
+    };
+    let (kc, vc, o) = (cache(), cache(), zeros(b, t * heads * hd));
     let mut s = b.begin();
     let kw = (kvh * hd) as u32;
     let qkv_rows = Rows::new(&qb, width);
     let (k_off, v_off) = ((heads * hd) as u32, ((heads + kvh) * hd) as u32);
-    b.cache_write(&mut s, qkv_rows, k_off, v_off, kw, &slb, &kc, &vc, kv_rows, t as u32)
-        .unwrap();
+    b.cache_write(
+        &mut s, qkv_rows, k_off, v_off, kw, &slb, &kc, &vc, kv_rows, dtype, t as u32,
+    )
+    .unwrap();
     let kv = PagedKv {
         k_cache: &kc,
         v_cache: &vc,
+        dtype,
         kv_heads: kvh as u32,
         head_dim: hd as u32,
         block_size: bs as u32,
@@ -98,7 +111,9 @@ pub fn run_attention_with<B: Backend>(b: &B, window: u32, softcap: f32) -> Vec<f
     bytemuck::pod_collect_to_vec(&out[0])
 }
 
-pub fn reference_attention_with(window: usize, softcap: f32) -> Vec<f32> {
+/// The reference of `run_attention_with`: K and V rounded to the nearest
+/// half (ties to even) where the cache is f16.
+pub fn reference_attention_with(window: usize, softcap: f32, dtype: KvDtype) -> Vec<f32> {
     let (heads, kvh, hd, _) = ATT;
     let (qkv, pos, seq, _, _, _) = attention_data();
     let width = (heads + 2 * kvh) * hd;
@@ -115,14 +130,20 @@ pub fn reference_attention_with(window: usize, softcap: f32) -> Vec<f32> {
         for h in 0..heads {
             let g = h / (heads / kvh);
             let q = &qkv[tok * width + h * hd..][..hd];
-            let row = |j: usize, off: usize| &qkv[(starts[s as usize] + j) * width + off + g * hd..][..hd];
+            let row = |j: usize, off: usize| -> Vec<f32> {
+                let r = &qkv[(starts[s as usize] + j) * width + off + g * hd..][..hd];
+                match dtype {
+                    KvDtype::F32 => r.to_vec(),
+                    KvDtype::F16 => r.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
+                }
+            };
             let lo = if window > 0 {
                 (p as usize + 1).saturating_sub(window)
             } else {
                 0
             };
-            let keys: Vec<Vec<f32>> = (lo..=p as usize).map(|j| row(j, heads * hd).to_vec()).collect();
-            let vals: Vec<Vec<f32>> = (lo..=p as usize).map(|j| row(j, (heads + kvh) * hd).to_vec()).collect();
+            let keys: Vec<Vec<f32>> = (lo..=p as usize).map(|j| row(j, heads * hd)).collect();
+            let vals: Vec<Vec<f32>> = (lo..=p as usize).map(|j| row(j, (heads + kvh) * hd)).collect();
             out.extend(cpu_attention_capped(q, &keys, &vals, hd, softcap));
         }
     }

@@ -4,7 +4,7 @@
 //! tolerance it allows: `check_against_cpu(b)` runs them all.
 
 use rand::Rng;
-use wllm::backend::{Activation, Backend, Elementwise, MaskedArgmax, RopePairing, Rows};
+use wllm::backend::{Activation, Backend, Elementwise, KvDtype, MaskedArgmax, RopePairing, Rows};
 use wllm::model::rope::rope_table;
 use wllm::quant::{self, WeightFormat};
 
@@ -515,8 +515,29 @@ pub fn op_cases<B: Backend>() -> Vec<OpCase<B>> {
     cases.push(OpCase::new(
         "paged_attention, sliding window 6, soft-cap 0.5".into(),
         1e-4,
-        |b: &B| run_attention_with(b, 6, 0.5),
-        || reference_attention_with(6, 0.5),
+        |b: &B| run_attention_with(b, 6, 0.5, KvDtype::F32, false),
+        || reference_attention_with(6, 0.5, KvDtype::F32),
+    ));
+    // The cache of halves: the reference rounds K and V to the nearest half,
+    // ties to even, as every backend does (wgpu in integer ops, half_pack.wgsl;
+    // cuda with cvt.rn), so the tolerance is the f32 one.
+    cases.push(OpCase::new(
+        "cache_write + paged_attention, f16 cache".into(),
+        1e-4,
+        |b: &B| run_attention_with(b, 0, 0.0, KvDtype::F16, false),
+        || reference_attention_with(0, 0.0, KvDtype::F16),
+    ));
+    cases.push(OpCase::new(
+        "cache_write + paged_attention, f16 cache from kv_cache, window 6".into(),
+        1e-4,
+        |b: &B| run_attention_with(b, 6, 0.0, KvDtype::F16, true),
+        || reference_attention_with(6, 0.0, KvDtype::F16),
+    ));
+    cases.push(OpCase::new(
+        "cache_write + paged_attention, f32 cache from kv_cache".into(),
+        1e-4,
+        |b: &B| run_attention_with(b, 0, 0.0, KvDtype::F32, true),
+        || reference_attention_with(0, 0.0, KvDtype::F32),
     ));
     cases
 }

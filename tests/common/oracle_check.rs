@@ -5,7 +5,7 @@
 //! values within 0.01; greedy ids equal up to the first step whose reference
 //! margin is below 0.01.
 
-use wllm::backend::Backend;
+use wllm::backend::{Backend, KvDtype};
 use wllm::engine::{KvCache, KvGroups, ModelRunner, SeqChunk};
 use wllm::model::{DecoderModel, ModelFiles};
 use wllm::tokenizer::Tokenizer;
@@ -20,8 +20,14 @@ pub fn ids(v: &serde_json::Value) -> Vec<u32> {
         .collect()
 }
 
-/// The default model's tokenizer and a runner on backend `ks` (64 blocks of 16).
+/// The default model's tokenizer and a runner on backend `ks` (64 blocks of
+/// 16), its KV cache of the default dtype (f16).
 pub fn load<B: Backend>(ks: B) -> (Tokenizer, ModelRunner<B>) {
+    load_with(ks, KvDtype::default())
+}
+
+/// As `load`, the KV cache of `dtype`.
+pub fn load_with<B: Backend>(ks: B, dtype: KvDtype) -> (Tokenizer, ModelRunner<B>) {
     let files = ModelFiles::open(&default_model_path()).expect("open model");
     let cfg = files.config().expect("config");
     let ModelFiles::Gguf { file, .. } = &files else {
@@ -29,7 +35,7 @@ pub fn load<B: Backend>(ks: B) -> (Tokenizer, ModelRunner<B>) {
     };
     let tok = Tokenizer::from_gguf(file).expect("tokenizer");
     let model = DecoderModel::load(&ks, &files, &cfg).expect("load");
-    let kv = KvCache::new(&ks, &cfg, KvGroups::flat(cfg.layers), 64, 16).expect("kv");
+    let kv = KvCache::new(&ks, &cfg, KvGroups::flat(cfg.layers), dtype, 64, 16).expect("kv");
     let runner = ModelRunner::new(ks, model, kv, 512, 4, 1024).expect("runner");
     (tok, runner)
 }

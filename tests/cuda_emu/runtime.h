@@ -74,6 +74,25 @@ inline float wllm_emu_h2f(unsigned short h) {
     return (h >> 15) ? -v : v;
 }
 
+// f32 to the nearest half, ties to even (cvt.rn.f16.f32).
+inline unsigned short wllm_emu_f2h(float f) {
+    unsigned u;
+    std::memcpy(&u, &f, 4);
+    unsigned short sign = (unsigned short)((u >> 16) & 0x8000u);
+    unsigned a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u) return sign | (a > 0x7f800000u ? 0x7e00u : 0x7c00u);
+    if (a >= 0x477ff000u) return sign | 0x7c00u;  // rounds past 65504: infinity
+    if (a < 0x38800000u) {                          // below 2^-14: a subnormal half
+        float v;
+        std::memcpy(&v, &a, 4);
+        return sign | (unsigned short)std::nearbyint(v * 16777216.0f);  // v / 2^-24
+    }
+    unsigned m = a - 0x38000000u;  // rebias the exponent (127 -> 15), 13 low bits to drop
+    unsigned h = m >> 13, rest = m & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h += 1;
+    return sign | (unsigned short)h;
+}
+
 struct float4 {
     float x, y, z, w;
 };

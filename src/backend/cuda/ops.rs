@@ -5,7 +5,7 @@ use super::CudaError;
 use super::exec::Arg::{self, F32, Ptr, U32};
 use super::program::format_suffix;
 use super::{CudaBackend, CudaBuffer, CudaStep, CudaWeight};
-use crate::backend::{Activation, Backend, Elementwise, MaskedArgmax, PagedKv, RopePairing, Rows, Unfused};
+use crate::backend::{Activation, Backend, Elementwise, KvDtype, MaskedArgmax, PagedKv, RopePairing, Rows, Unfused};
 use crate::quant::Repacked;
 
 /// Grid dimensions y and z are limited to 65535 blocks.
@@ -286,6 +286,7 @@ impl Backend for CudaBackend {
         k_cache: &CudaBuffer,
         v_cache: &CudaBuffer,
         _kv_rows: u32,
+        dtype: KvDtype,
         t: u32,
     ) -> Result<(), CudaError> {
         check_rows(t, "cache_write")?;
@@ -299,6 +300,7 @@ impl Backend for CudaBackend {
             U32(qkv.stride),
             U32(k_off),
             U32(v_off),
+            U32(u32::from(dtype == KvDtype::F16)),
         ];
         self.launch("cache_write", (kv_width.div_ceil(256), t, 1), 256, &args)
     }
@@ -338,6 +340,7 @@ impl Backend for CudaBackend {
             F32(kv.scale),
             U32(kv.window),
             F32(kv.softcap),
+            U32(u32::from(kv.dtype == KvDtype::F16)),
         ];
         self.launch("paged_attention", (heads, t, 1), 256, &args)
     }

@@ -9,6 +9,7 @@
 use minijinja::context;
 
 use super::templates::render;
+use crate::backend::KvDtype;
 use crate::gpu::GpuError;
 
 /// One compiled variant.
@@ -31,6 +32,9 @@ pub struct AttentionVariant {
     /// A sliding window bounds the keys (`Params.window`); without it the
     /// window's start is the constant 0 and its bounds fold away.
     pub window: bool,
+    /// The cache holds halves (an rg32uint texture, or a buffer, of packed
+    /// pairs read with `unpack2x16float`).
+    pub f16: bool,
     /// Scores are soft-capped (`Params.softcap`); without it a score is q·k · scale
     /// and no per-key branch is emitted (a 512-token prefill's attention ran
     /// 314 ms against 256 ms with the branch on every key, `wllm profile`).
@@ -53,6 +57,8 @@ pub fn source(v: AttentionVariant) -> Result<String, GpuError> {
                 g => v.g,
                 tile => v.qt > 1,
                 kv_tex => v.kv_tex,
+                f16 => v.f16,
+                kv_texel => texel(v),
                 window => v.window,
                 softcap => v.softcap,
                 slots_per_layer => super::kv_tex::SLOTS_PER_LAYER,
@@ -67,10 +73,17 @@ pub fn source(v: AttentionVariant) -> Result<String, GpuError> {
             g => v.g,
             qt => v.qt,
             kv_tex => v.kv_tex,
+            f16 => v.f16,
+            kv_texel => texel(v),
             window => v.window,
             softcap => v.softcap,
             subgroups => v.subgroups,
             slots_per_layer => super::kv_tex::SLOTS_PER_LAYER,
         },
     )
+}
+
+/// The KV textures' texel format.
+fn texel(v: AttentionVariant) -> &'static str {
+    super::kv_tex::wgsl_texel(if v.f16 { KvDtype::F16 } else { KvDtype::F32 })
 }

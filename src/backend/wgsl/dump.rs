@@ -2,6 +2,7 @@
 //! `wllm kernels --dump DIR` writes, so the WGSL that runs can be read.
 
 use super::{Kernels, attention, embed, gemm, templates};
+use crate::backend::KvDtype;
 use crate::gpu::GpuError;
 use crate::quant::WeightFormat;
 
@@ -13,7 +14,7 @@ pub struct RenderedKernel {
 }
 
 /// The kernels that are plain WGSL (not templates), by name.
-const FIXED: [&str; 10] = [
+const FIXED: [&str; 8] = [
     "rms_norm",
     "rope",
     "rope_cache_write",
@@ -22,8 +23,6 @@ const FIXED: [&str; 10] = [
     "head_norm",
     "elementwise",
     "masked_argmax",
-    "cache_write",
-    "cache_write_tex",
 ];
 
 impl Kernels {
@@ -39,6 +38,15 @@ impl Kernels {
                 RenderedKernel { file, source }
             })
             .collect();
+        for tex in [false, true] {
+            for dtype in [KvDtype::F32, KvDtype::F16] {
+                let (name, source) = super::cache_write_source(tex, dtype)?;
+                out.push(RenderedKernel {
+                    file: format!("{name}.wgsl"),
+                    source,
+                });
+            }
+        }
         let wg = self.argmax_wg();
         out.push(RenderedKernel {
             file: format!("argmax_wg{wg}.wgsl"),
@@ -62,6 +70,7 @@ impl Kernels {
                     v.x_lanes = v.x_tex && self.x_lanes(format, (heads * head_dim) as usize);
                     // CPU adapters hold the KV cache as textures (kv_tex.rs).
                     v.kv_tex = rope && self.cpu_shapes && v.tn.is_multiple_of(8);
+                    v.kv_f16 = rope;
                     // The layer's norms fused (`fuses_norm`: x as vec4 rows):
                     // the qkv and gate·up gemms normalise x, the others add
                     // into the residual stream.
@@ -104,13 +113,15 @@ impl Kernels {
             self.attention_variant(head_dim, group, 512, 512),
         );
         (decode.kv_tex, prefill.kv_tex) = (self.cpu_shapes, self.cpu_shapes);
+        // The default KV cache holds halves.
+        (decode.f16, prefill.f16) = (true, true);
         for v in [decode, prefill]
             .into_iter()
             .take(if decode == prefill { 1 } else { 2 })
         {
             out.push(RenderedKernel {
                 file: format!(
-                    "paged_attention_hd{}_w{}_g{}_qt{}{}{}.wgsl",
+                    "paged_attention_hd{}_w{}_g{}_qt{}{}{}_f16.wgsl",
                     v.head_dim,
                     v.w,
                     v.g,
@@ -182,6 +193,7 @@ mod tests {
                         x_lanes: false,
                         rope,
                         kv_tex: false,
+                        kv_f16: false,
                         norm: false,
                         residual: false,
                     };
@@ -191,12 +203,26 @@ mod tests {
                     assert_eq!(src.contains("exp(-g)"), silu, "{v:?}: epilogue");
                     assert_eq!(src.contains("store_pair(t0"), rope, "{v:?}: epilogue");
                     validate(&format!("{v:?}"), &src);
+                    if rope {
+                        // A cache of packed halves.
+                        let v = GemmVariant { kv_f16: true, ..v };
+                        let src = gemm::source(v).unwrap();
+                        assert!(src.contains("array<u32>") && !src.contains("k_cache[slot"), "{v:?}");
+                        validate(&format!("{v:?}"), &src);
+                    }
                     if rope && tn % 8 == 0 {
                         // The cache as textures: whole texels from groups of 8 rows.
-                        let v = GemmVariant { kv_tex: true, ..v };
-                        let src = gemm::source(v).unwrap();
-                        assert!(src.contains("store_group(t0") && !src.contains("store_pair("), "{v:?}");
-                        validate(&format!("{v:?}"), &src);
+                        for kv_f16 in [false, true] {
+                            let v = GemmVariant {
+                                kv_tex: true,
+                                kv_f16,
+                                ..v
+                            };
+                            let src = gemm::source(v).unwrap();
+                            assert!(src.contains("store_group(t0") && !src.contains("store_pair("), "{v:?}");
+                            assert_eq!(src.contains("rg32uint"), kv_f16, "{v:?}");
+                            validate(&format!("{v:?}"), &src);
+                        }
                     }
                     if x_vec && (tm == 1 || tm == 16) {
                         // Fused layers: the norm prologue (qkv, gate·up) or the
@@ -239,7 +265,12 @@ mod tests {
             (80, 8, 2, 2),
             (256, 8, 1, 3),
         ] {
-            for (kv_tex, subgroups) in [(false, false), (true, false), (true, true)] {
+            for (kv_tex, subgroups, f16) in [
+                (false, false, false),
+                (false, false, true),
+                (true, false, false),
+                (true, true, true),
+            ] {
                 let v = AttentionVariant {
                     head_dim,
                     w,
@@ -248,11 +279,14 @@ mod tests {
                     kv_tex,
                     subgroups,
                     blocked: false,
+                    f16,
                     window: kv_tex,
                     softcap: subgroups,
                 };
                 let src = attention::source(v).unwrap();
                 assert_eq!(src.contains("textureLoad(k_tex"), kv_tex, "{v:?}");
+                assert_eq!(src.contains("unpack2x16float"), f16, "{v:?}");
+                assert_eq!(src.contains("rg32uint"), f16 && kv_tex, "{v:?}");
                 assert_eq!(src.contains("p.softcap"), v.softcap, "{v:?}");
                 assert_eq!(src.contains("p.window"), v.window, "{v:?}");
                 validate(&format!("{v:?}"), &src);
@@ -267,6 +301,7 @@ mod tests {
                     kv_tex,
                     subgroups: true,
                     blocked: true,
+                    f16: qt == 1,
                     window: qt > 1,
                     softcap: kv_tex,
                 };
@@ -283,6 +318,7 @@ mod tests {
                 kv_tex: false,
                 subgroups: false,
                 blocked: true,
+                f16: false,
                 window: false,
                 softcap: false,
             };

@@ -34,6 +34,9 @@ pub struct GemmVariant {
     pub rope: bool,
     /// The rope epilogue writes the cache as textures (`kv_tex`; TN a multiple of 8).
     pub kv_tex: bool,
+    /// The rope epilogue's cache holds halves (rg32uint textures of packed halves, or a
+    /// buffer of packed pairs: adjacent rotary pairs only).
+    pub kv_f16: bool,
     /// The rms_norm prologue: x rows normalised as they are read (the norm
     /// weight a texture where x is one, else a `vec4` buffer).
     pub norm: bool,
@@ -86,6 +89,8 @@ pub fn source(v: GemmVariant) -> Result<String, GpuError> {
             x_lanes => v.x_lanes,
             rope => v.rope,
             kv_tex => v.kv_tex,
+            kv_f16 => v.kv_f16,
+            kv_texel => super::kv_tex::wgsl_texel(if v.kv_f16 { crate::backend::KvDtype::F16 } else { crate::backend::KvDtype::F32 }),
             norm => v.norm,
             residual => v.residual,
             scale_texel => super::weight::scale_binding(v.format).wgsl_texel(),

@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use super::gemm::{self, GemmParams, GemmVariant};
 use super::weight::scale_binding;
 use super::{Binding, Bound, BufSlice, GpuError, GpuWeight, Kernel, Kernels, PagedKv, R, RW, RopeArgs, Rows, kv_tex};
+use crate::backend::KvDtype;
 use crate::backend::NormArgs;
 use crate::gpu::StepEncoder;
 use crate::quant::WeightFormat;
@@ -163,6 +164,7 @@ impl Kernels {
             x_lanes: false,
             rope,
             kv_tex: false,
+            kv_f16: false,
             norm: false,
             residual: false,
         }
@@ -180,7 +182,7 @@ impl Kernels {
             (true, true) => vec![xb, Binding::LoadRgba32Uint, scale_binding(v.format), RW],
             (false, true) => vec![xb, Binding::LoadRgba32Uint, RW],
         };
-        let store = Binding::StoreF32Array;
+        let store = kv_tex::store_binding(if v.kv_f16 { KvDtype::F16 } else { KvDtype::F32 });
         let rope: &[Binding] = match (v.rope, v.kv_tex) {
             (false, _) => &[],
             (true, false) => &[R, R, R, RW, RW],
@@ -204,9 +206,13 @@ impl Kernels {
             (false, false) => "",
         };
         let kv = if v.kv_tex { "_kvtex" } else { "" };
+        let half = if v.rope && v.kv_f16 { "_f16" } else { "" };
         let norm = if v.norm { "_norm" } else { "" };
         let res = if v.residual { "_res" } else { "" };
-        let name = format!("gemm_{:?}_{}x{}{epilogue}{tex}{kv}{norm}{res}", v.format, v.tm, v.tn);
+        let name = format!(
+            "gemm_{:?}_{}x{}{epilogue}{tex}{kv}{half}{norm}{res}",
+            v.format, v.tm, v.tn
+        );
         self.store.kernel(&self.ctx.device, &name, &gemm::source(v)?, &storage)
     }
 
@@ -330,7 +336,7 @@ impl Kernels {
                 w.n, kv.kv_heads, kv.head_dim
             )));
         }
-        let kv_tex = self.kv_textures(kv.k_cache, kv.v_cache, kv.kv_rows)?;
+        let kv_tex = self.kv_textures(kv.k_cache, kv.v_cache, kv.kv_rows, kv.dtype)?;
         if kv_tex.is_some() {
             // Caches as textures: the epilogue writes whole texels, groups of
             // 8 W rows; where the tile or windows do not allow it, the gemm
@@ -360,6 +366,7 @@ impl Kernels {
                 );
             }
         }
+        let halves_in_buffer = kv_tex.is_none() && kv.dtype == KvDtype::F16;
         let ep = Epilogue::Rope {
             rope,
             kv,
@@ -367,7 +374,25 @@ impl Kernels {
             slot_mapping,
             kv_tex,
         };
-        self.gemm_epilogue(enc, w, x, norm, qkv, t, passes, &ep)
+        self.gemm_epilogue(enc, w, x, norm, qkv, t, passes, &ep)?;
+        if halves_in_buffer {
+            // The epilogue wrote the rotated rows to qkv only: copy K and V as halves.
+            crate::backend::Backend::cache_write(
+                self,
+                enc,
+                qkv,
+                q_w,
+                q_w + kv_w,
+                kv_w,
+                slot_mapping,
+                kv.k_cache,
+                kv.v_cache,
+                kv.kv_rows,
+                kv.dtype,
+                t,
+            )?;
+        }
+        Ok(())
     }
 
     /// `gemm_silu_mul` with the row tile `tm` chosen by the caller.
@@ -446,6 +471,7 @@ impl Kernels {
             None => Bound::Buf(BufSlice::whole(x.buf)),
         };
         v.kv_tex = matches!(ep, Epilogue::Rope { kv_tex: Some(_), .. });
+        v.kv_f16 = matches!(ep, Epilogue::Rope { kv, .. } if kv.dtype == KvDtype::F16);
         // Each pass: its rows r0..end, row tile, column tile and kernel.
         let kernels = passes
             .iter()

@@ -9,16 +9,22 @@
 //! that takes the cache (the rope epilogue of the qkv gemm, `cache_write`,
 //! `rope_cache_write`, `paged_attention`) writes or reads the texture instead.
 //!
-//! Layout: an rgba32float 2D array texture; slot s (block · block_size +
-//! offset) is texel row `s % SLOTS_PER_LAYER` of layer `s / SLOTS_PER_LAYER`,
-//! its `width / 4` texels the K (or V) row of that token (kv_heads · head_dim
-//! floats). Ops bind a view of only the layers that hold the step's `kv_rows`
+//! Layout: an rgba32float (f32 cache) or rg32uint (f16 cache: four halves a
+//! texel, packed by the kernels as in a buffer, half_pack.wgsl, so textures
+//! and buffers hold the same bits; a float16 texture format would leave the
+//! rounding to the driver, which lavapipe does not round to nearest) 2D array
+//! texture; slot s (block · block_size + offset) is texel row
+//! `s % SLOTS_PER_LAYER` of layer `s / SLOTS_PER_LAYER`, its `width / 4`
+//! texels the K (or V) row of that token (kv_heads · head_dim values).
+//! Where the adapter cannot bind rg32uint storage textures an f16 cache is a
+//! buffer of packed halves instead. Ops bind a view of only the layers that hold the step's `kv_rows`
 //! (as buffers bind only the used prefix), so wgpu zero-fills, and the driver
 //! touches, only the part of the pool in use.
 
 use std::collections::HashMap;
 
-use crate::gpu::{Bound, BufSlice, GpuError, StepEncoder};
+use crate::backend::KvDtype;
+use crate::gpu::{Binding, Bound, BufSlice, GpuError, StepEncoder};
 
 /// Token slots in one layer of a KV texture (a multiple of every block size).
 pub const SLOTS_PER_LAYER: u32 = 1024;
@@ -26,8 +32,9 @@ pub const SLOTS_PER_LAYER: u32 = 1024;
 /// One KV texture (K or V of one model layer) and the views made of it so far.
 pub(crate) struct KvTexture {
     tex: wgpu::Texture,
-    /// Floats per slot (kv_heads · head_dim).
+    /// Values per slot (kv_heads · head_dim).
     width: u32,
+    dtype: KvDtype,
     /// Views of the first n layers, by n.
     views: HashMap<u32, wgpu::TextureView>,
 }
@@ -43,7 +50,7 @@ impl KvTexture {
             && layers <= u64::from(limits.max_texture_array_layers)
     }
 
-    pub fn new(device: &wgpu::Device, rows: u64, width: u32) -> Self {
+    pub fn new(device: &wgpu::Device, rows: u64, width: u32, dtype: KvDtype) -> Self {
         let layers = rows.div_ceil(u64::from(SLOTS_PER_LAYER)).max(1) as u32;
         let tex = device.create_texture(&wgpu::TextureDescriptor {
             label: Some("kv cache"),
@@ -55,7 +62,7 @@ impl KvTexture {
             mip_level_count: 1,
             sample_count: 1,
             dimension: wgpu::TextureDimension::D2,
-            format: wgpu::TextureFormat::Rgba32Float,
+            format: texel_format(dtype),
             usage: wgpu::TextureUsages::TEXTURE_BINDING
                 | wgpu::TextureUsages::STORAGE_BINDING
                 | wgpu::TextureUsages::COPY_SRC,
@@ -64,6 +71,7 @@ impl KvTexture {
         Self {
             tex,
             width,
+            dtype,
             views: HashMap::new(),
         }
     }
@@ -84,37 +92,73 @@ impl KvTexture {
         });
         Bound::Tex {
             view: view.clone(),
-            bytes: u64::from(layers) * u64::from(SLOTS_PER_LAYER) * u64::from(self.width) * 4,
+            bytes: u64::from(layers) * u64::from(SLOTS_PER_LAYER) * u64::from(self.width) * self.dtype.bytes(),
         }
     }
 }
 
+/// The texel format of a KV texture of `dtype`.
+fn texel_format(dtype: KvDtype) -> wgpu::TextureFormat {
+    match dtype {
+        KvDtype::F32 => wgpu::TextureFormat::Rgba32Float,
+        KvDtype::F16 => wgpu::TextureFormat::Rg32Uint,
+    }
+}
+
+/// The bindings of a KV texture of `dtype`, written and read.
+pub(crate) fn store_binding(dtype: KvDtype) -> Binding {
+    match dtype {
+        KvDtype::F32 => Binding::StoreF32Array,
+        KvDtype::F16 => Binding::StoreRg32UintArray,
+    }
+}
+
+pub(crate) fn load_binding(dtype: KvDtype) -> Binding {
+    match dtype {
+        KvDtype::F32 => Binding::LoadRgba32FloatArray,
+        KvDtype::F16 => Binding::LoadRg32UintArray,
+    }
+}
+
+/// The WGSL texel format of a KV texture of `dtype`.
+pub(crate) fn wgsl_texel(dtype: KvDtype) -> &'static str {
+    load_binding(dtype).wgsl_texel()
+}
+
 impl super::Kernels {
-    /// A K or V cache of `rows` slots of `width` floats: on CPU adapters,
-    /// where it fits, a 16-byte placeholder buffer standing for a texture
-    /// (see the module's doc); else a zeroed buffer.
-    pub(crate) fn new_kv_cache(&self, rows: u64, width: u32) -> wgpu::Buffer {
-        if self.cpu_shapes && KvTexture::fits(&self.ctx.limits, rows, width) {
+    /// A K or V cache of `rows` slots of `width` values of `dtype`: on CPU
+    /// adapters, where it fits, a 16-byte placeholder buffer standing for a
+    /// texture (see the module's doc); else a zeroed buffer (f16: packed halves).
+    pub(crate) fn new_kv_cache(&self, rows: u64, width: u32, dtype: KvDtype) -> wgpu::Buffer {
+        let tex_ok = dtype == KvDtype::F32 || self.ctx.f16_storage_textures;
+        if self.cpu_shapes && tex_ok && KvTexture::fits(&self.ctx.limits, rows, width) {
             let handle = self.scratch(16);
-            let tex = KvTexture::new(&self.ctx.device, rows, width);
+            let tex = KvTexture::new(&self.ctx.device, rows, width, dtype);
             self.kv_tex
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(handle.clone(), tex);
             return handle;
         }
-        self.scratch(rows * u64::from(width) * 4)
+        self.scratch(rows * u64::from(width) * dtype.bytes())
     }
 
     /// The K and V textures (views of the layers holding slots 0..rows) where
-    /// `k` and `v` stand for textures; `None` where both are buffers.
+    /// `k` and `v` stand for textures of `dtype`; `None` where both are buffers.
     pub(crate) fn kv_textures(
         &self,
         k: &wgpu::Buffer,
         v: &wgpu::Buffer,
         rows: u32,
+        dtype: KvDtype,
     ) -> Result<Option<[Bound; 2]>, GpuError> {
         let mut map = self.kv_tex.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = map.get(k).filter(|t| t.dtype != dtype) {
+            return Err(GpuError::Limit(format!(
+                "a KV cache of {} used as one of {dtype}: pass Backend::kv_cache's dtype to the cache ops",
+                t.dtype
+            )));
+        }
         let kb = map.get_mut(k).map(|t| t.bound(rows));
         let vb = map.get_mut(v).map(|t| t.bound(rows));
         match (kb, vb) {
@@ -128,9 +172,16 @@ impl super::Kernels {
     }
 
     /// The first `rows` slots of a K or V cache made by `kv_cache` (`width`
-    /// floats each), read back: for tests and inspection, not for steps.
-    pub fn read_kv_cache(&self, cache: &wgpu::Buffer, rows: u32, width: u32) -> Result<Vec<f32>, GpuError> {
-        let row_bytes = u64::from(width) * 4;
+    /// values of `dtype` each), read back as floats: for tests and
+    /// inspection, not for steps.
+    pub fn read_kv_cache(
+        &self,
+        cache: &wgpu::Buffer,
+        rows: u32,
+        width: u32,
+        dtype: KvDtype,
+    ) -> Result<Vec<f32>, GpuError> {
+        let row_bytes = u64::from(width) * dtype.bytes();
         let copied = {
             let map = self.kv_tex.lock().unwrap_or_else(|e| e.into_inner());
             match map.get(cache) {
@@ -174,10 +225,16 @@ impl super::Kernels {
             let row = bytes.get(at..at + row_bytes as usize).ok_or_else(|| {
                 GpuError::Limit(format!("read_kv_cache: {rows} rows of {width} floats exceed the cache"))
             })?;
-            out.extend(
-                row.chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-            );
+            match dtype {
+                KvDtype::F32 => out.extend(
+                    row.chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                ),
+                KvDtype::F16 => out.extend(
+                    row.chunks_exact(2)
+                        .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()),
+                ),
+            }
         }
         Ok(out)
     }
@@ -191,8 +248,8 @@ pub(crate) fn kv_prefix(buf: &wgpu::Buffer, rows: u32, row_bytes: u64) -> BufSli
     BufSlice::range(buf, 0, bytes)
 }
 
-/// The K and V caches' used prefixes (`kv_prefix` of both, rows of kv_heads · head_dim floats).
+/// The K and V caches' used prefixes (`kv_prefix` of both, rows of kv_heads · head_dim values).
 pub(crate) fn kv_caches(kv: &super::PagedKv) -> [BufSlice; 2] {
-    let row_bytes = u64::from(kv.kv_heads * kv.head_dim) * 4;
+    let row_bytes = u64::from(kv.kv_heads * kv.head_dim) * kv.dtype.bytes();
     [kv.k_cache, kv.v_cache].map(|c| kv_prefix(c, kv.kv_rows, row_bytes))
 }

@@ -35,6 +35,7 @@ pub type Rows<'a> = crate::backend::Rows<'a, wgpu::Buffer>;
 /// The paged KV cache in wgpu buffers.
 pub type PagedKv<'a> = crate::backend::PagedKv<'a, wgpu::Buffer>;
 
+use crate::backend::KvDtype;
 use crate::gpu::{BindCache, Binding, Bound, BufSlice, GpuContext, GpuError, Kernel, PipelineStats, PipelineStore};
 use crate::quant::WeightFormat;
 
@@ -85,8 +86,8 @@ pub struct Kernels {
     /// argmax by workgroup size (`argmax_wg`), compiled on first use.
     argmax: Mutex<HashMap<u32, Arc<Kernel>>>,
     pub(crate) masked_argmax: Arc<Kernel>,
-    pub(crate) cache_write: Arc<Kernel>,
-    pub(crate) cache_write_tex: Arc<Kernel>,
+    /// cache_write, by (cache as textures, dtype), compiled on first use.
+    pub(crate) cache_write: Mutex<HashMap<(bool, KvDtype), Arc<Kernel>>>,
     attention: Mutex<HashMap<attention::AttentionVariant, Arc<Kernel>>>,
     gemm: Mutex<HashMap<GemmVariant, Arc<Kernel>>>,
     /// Textures gemm copies x rows into on CPU adapters, one per (buffer, row stride).
@@ -153,12 +154,7 @@ impl Kernels {
             arch_ops: Mutex::default(),
             argmax: Mutex::default(),
             masked_argmax: k("masked_argmax", templates::file("masked_argmax.wgsl"), &[R, R, R, RW])?,
-            cache_write: k("cache_write", templates::file("cache_write.wgsl"), &[R, R, RW, RW])?,
-            cache_write_tex: k(
-                "cache_write_tex",
-                templates::file("cache_write_tex.wgsl"),
-                &[R, R, Binding::StoreF32Array, Binding::StoreF32Array],
-            )?,
+            cache_write: Mutex::default(),
             attention: Mutex::default(),
             gemm: Mutex::default(),
             x_tex: Mutex::default(),
@@ -187,6 +183,20 @@ impl Kernels {
             let src = templates::render("argmax.wgsl", minijinja::context! { wg => wg })?;
             self.store
                 .kernel(&self.ctx.device, &format!("argmax_{wg}"), &src, &[R, RW])
+        })
+    }
+
+    /// `cache_write` into a cache of `dtype`, held as textures (`tex`) or a buffer.
+    pub(crate) fn cache_write_kernel(&self, tex: bool, dtype: KvDtype) -> Result<Arc<Kernel>, GpuError> {
+        variant_kernel(&self.cache_write, (tex, dtype), || {
+            let (name, src) = cache_write_source(tex, dtype)?;
+            let bindings = if tex {
+                let st = kv_tex::store_binding(dtype);
+                [R, R, st, st]
+            } else {
+                [R, R, RW, RW]
+            };
+            self.store.kernel(&self.ctx.device, &name, &src, &bindings)
         })
     }
 
@@ -325,6 +335,7 @@ impl Kernels {
             kv_tex: false,
             subgroups,
             blocked,
+            f16: false,
             window: false,
             softcap: false,
         }
@@ -335,8 +346,12 @@ impl Kernels {
             let kv = if v.kv_tex { "_kvtex" } else { "" };
             let sg = if v.subgroups { "_sg" } else { "" };
             let blk = if v.blocked { "_blocked" } else { "" };
-            let name = format!("paged_attention_{}x{}x{}x{}{kv}{sg}{blk}", v.head_dim, v.w, v.g, v.qt);
-            let tex = Binding::LoadRgba32FloatArray;
+            let half = if v.f16 { "_f16" } else { "" };
+            let name = format!(
+                "paged_attention_{}x{}x{}x{}{kv}{sg}{blk}{half}",
+                v.head_dim, v.w, v.g, v.qt
+            );
+            let tex = kv_tex::load_binding(if v.f16 { KvDtype::F16 } else { KvDtype::F32 });
             let storage = if v.kv_tex {
                 [R, tex, tex, R, R, R, RW]
             } else {
@@ -346,6 +361,17 @@ impl Kernels {
                 .kernel(&self.ctx.device, &name, &attention::source(v)?, &storage)
         })
     }
+}
+
+/// The name and WGSL of `cache_write` for a cache of `dtype` held as
+/// textures (`tex`: cache_write_tex.wgsl) or a buffer (cache_write.wgsl).
+pub(crate) fn cache_write_source(tex: bool, dtype: KvDtype) -> Result<(String, String), GpuError> {
+    let file = if tex { "cache_write_tex" } else { "cache_write" };
+    let src = templates::render(
+        &format!("{file}.wgsl"),
+        minijinja::context! { f16 => dtype == KvDtype::F16, kv_texel => kv_tex::wgsl_texel(dtype) },
+    )?;
+    Ok((format!("{file}_{dtype}"), src))
 }
 
 /// The kernel of variant `key` from `map`, made by `make` on first use. The

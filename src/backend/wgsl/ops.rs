@@ -7,7 +7,7 @@ use super::embed::EmbedParams;
 use super::kv_tex::{self, kv_caches, kv_prefix};
 use super::{GpuWeight, Kernels, PagedKv, Rows, gemm_ops};
 use crate::backend::{
-    Activation, Backend, Elementwise, FusedOps, MaskedArgmax, NormArgs, RopeArgs, RopePairing, WeightInfo,
+    Activation, Backend, Elementwise, FusedOps, KvDtype, MaskedArgmax, NormArgs, RopeArgs, RopePairing, WeightInfo,
 };
 use crate::gpu::{Bound, BufSlice, GpuError, StepEncoder};
 use crate::quant::{Repacked, WeightFormat};
@@ -97,8 +97,8 @@ impl Backend for Kernels {
         Ok(self.ctx.storage_buffer(data, label))
     }
 
-    fn kv_cache(&self, rows: u64, width: u32) -> Result<wgpu::Buffer, GpuError> {
-        Ok(self.new_kv_cache(rows, width))
+    fn kv_cache(&self, rows: u64, width: u32, dtype: KvDtype) -> Result<wgpu::Buffer, GpuError> {
+        Ok(self.new_kv_cache(rows, width, dtype))
     }
 
     fn buffer_bytes(&self, b: &wgpu::Buffer) -> u64 {
@@ -190,8 +190,12 @@ impl Backend for Kernels {
         t: u32,
     ) -> Result<(), GpuError> {
         let (hd, hk) = (kv.head_dim, kv.kv_heads);
-        if self.kv_textures(kv.k_cache, kv.v_cache, kv.kv_rows)?.is_some() {
-            // Caches as textures: rope in place, then the texel copy.
+        if kv.dtype != KvDtype::F32
+            || self
+                .kv_textures(kv.k_cache, kv.v_cache, kv.kv_rows, kv.dtype)?
+                .is_some()
+        {
+            // Caches as textures or of halves: rope in place, then cache_write's copy.
             return crate::backend::rope_then_cache_write(self, enc, qkv, stride, rope, kv, q_heads, slot_mapping, t);
         }
         let p = [t, q_heads, hk, hd, stride, rope.pairing as u32, rope.max_pos, 0];
@@ -383,9 +387,10 @@ impl Backend for Kernels {
         k_cache: &wgpu::Buffer,
         v_cache: &wgpu::Buffer,
         kv_rows: u32,
+        dtype: KvDtype,
         t: u32,
     ) -> Result<(), GpuError> {
-        if let Some([kt, vt]) = self.kv_textures(k_cache, v_cache, kv_rows)? {
+        if let Some([kt, vt]) = self.kv_textures(k_cache, v_cache, kv_rows, dtype)? {
             let p = [
                 t,
                 kv_width,
@@ -403,26 +408,33 @@ impl Backend for Kernels {
                 vt,
             ];
             enc.dispatch_bound(
-                &self.cache_write_tex,
+                &self.cache_write_kernel(true, dtype)?,
                 bytemuck::cast_slice(&p),
                 bufs,
                 [(kv_width / 4).div_ceil(64), t, 1],
             );
             return Ok(());
         }
-        let p = [t, kv_width, qkv.stride, k_off, v_off, 0, 0, 0];
-        let row_bytes = u64::from(kv_width) * 4;
+        if dtype == KvDtype::F16 && !kv_width.is_multiple_of(2) {
+            return Err(GpuError::Limit(format!(
+                "an f16 KV cache packs values in pairs: kv_width {kv_width} is odd"
+            )));
+        }
+        let p = [t, kv_width, qkv.stride, k_off + qkv.off, v_off + qkv.off, 0, 0, 0];
+        let row_bytes = u64::from(kv_width) * dtype.bytes();
         let bufs = [
             BufSlice::whole(qkv.buf),
             BufSlice::whole(slot_mapping),
             kv_prefix(k_cache, kv_rows, row_bytes),
             kv_prefix(v_cache, kv_rows, row_bytes),
         ];
+        // One invocation an element (f32) or a pair of halves (f16).
+        let per = if dtype == KvDtype::F16 { 2 } else { 1 };
         enc.dispatch(
-            &self.cache_write,
+            &self.cache_write_kernel(false, dtype)?,
             bytemuck::cast_slice(&p),
             &bufs,
-            [kv_width.div_ceil(64), t, 1],
+            [(kv_width / per).div_ceil(64), t, 1],
         );
         Ok(())
     }
@@ -438,11 +450,12 @@ impl Backend for Kernels {
         out: &wgpu::Buffer,
     ) -> Result<(), GpuError> {
         let mut v = self.attention_variant(kv.head_dim, heads / kv.kv_heads.max(1), t, kv.max_query_len);
-        let kv_bound = match self.kv_textures(kv.k_cache, kv.v_cache, kv.kv_rows)? {
+        let kv_bound = match self.kv_textures(kv.k_cache, kv.v_cache, kv.kv_rows, kv.dtype)? {
             Some(tex) => tex,
             None => kv_caches(&kv).map(Bound::Buf),
         };
         v.kv_tex = matches!(kv_bound[0], Bound::Tex { .. });
+        v.f16 = kv.dtype == KvDtype::F16;
         v.window = kv.window > 0;
         v.softcap = kv.softcap > 0.0;
         let kernel = self.attention_kernel(v)?;

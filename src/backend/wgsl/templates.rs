@@ -28,6 +28,7 @@ pub const SHADER_FILES: &[(&str, &str)] = &[
     ),
     ("embed.wgsl", include_str!("../../../shaders/embed.wgsl")),
     ("gemm.wgsl", include_str!("../../../shaders/gemm.wgsl")),
+    ("half_pack.wgsl", include_str!("../../../shaders/half_pack.wgsl")),
     (
         "masked_argmax.wgsl",
         include_str!("../../../shaders/masked_argmax.wgsl"),
