@@ -30,8 +30,14 @@ pub fn run(a: &PerplexityArgs) -> anyhow::Result<()> {
         bail!("--ctx {} is too small (at least 4)", a.ctx);
     }
     let mut cfg = a.engine.config()?;
-    // A window is prefilled in steps of up to 512 tokens, each with a logits row per token.
-    let step = a.ctx.min(512);
+    // A window is prefilled in steps of up to 512 tokens, each with a logits
+    // row per token: as many rows as bind as one buffer (Gemma's 262,144-token
+    // vocabulary: 128 rows in a 128 MiB binding).
+    let vocab = wllm::model::ModelFiles::open(&cfg.model)?.config()?.vocab;
+    let (backend, _) = wllm::backend::open(&cfg)?;
+    let max_rows = wllm::engine::llm_engine::max_logits_rows(vocab, backend.max_buffer());
+    drop(backend);
+    let step = a.ctx.min(512).min(max_rows);
     cfg.max_num_batched_tokens = step;
     cfg.max_num_seqs = step;
     cfg.max_model_len = Some(a.ctx);

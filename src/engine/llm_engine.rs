@@ -27,6 +27,12 @@ use crate::sampling::SamplingParams;
 use crate::sampling::constraint::Guide;
 use crate::tokenizer::Tokenizer;
 
+/// The most logits rows (one a sampling sequence) a step can hold for a
+/// vocabulary of `vocab`: the rows must bind as one buffer of at most `max_buffer` bytes.
+pub fn max_logits_rows(vocab: usize, max_buffer: u64) -> usize {
+    (max_buffer / (vocab.max(1) as u64 * 4)).max(1) as usize
+}
+
 /// The engine core.
 pub struct LlmEngine {
     pub tokenizer: Arc<Tokenizer>,
@@ -100,6 +106,17 @@ impl LlmEngine {
             return Err(EngineError::Config(
                 "--max-num-batched-tokens and --max-num-seqs must be at least 1".into(),
             ));
+        }
+        let max_rows = max_logits_rows(model_config.vocab, kernels.max_buffer());
+        if cfg.max_num_seqs > max_rows {
+            return Err(EngineError::Config(format!(
+                "--max-num-seqs {} needs a logits row of {} floats for each sequence ({} bytes), over the \
+                 adapter's binding limit of {} bytes: use --max-num-seqs {max_rows} or fewer",
+                cfg.max_num_seqs,
+                model_config.vocab,
+                cfg.max_num_seqs as u64 * model_config.vocab as u64 * 4,
+                kernels.max_buffer()
+            )));
         }
         timings.tokenizer = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
