@@ -45,6 +45,7 @@ pub mod tokenizer;
 pub mod trace;
 
 pub use backend::Device;
+pub use config::KvDtype;
 pub use engine::{
     CompletedRequest, Engine, EngineConfig, EngineError, FinishReason, LlmEngine, Prompt, RequestMetrics,
     RequestOutput, RequestStream,

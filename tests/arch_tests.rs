@@ -10,7 +10,7 @@ mod common;
 
 use common::tiny::{TinySpec, write_tiny_gguf};
 use common::*;
-use wllm::{EngineConfig, LlmEngine, SamplingParams};
+use wllm::{EngineConfig, KvDtype, LlmEngine, SamplingParams};
 
 /// The reference's tokens and margins for each prompt then `n` greedy tokens.
 fn reference(model: &std::path::Path, prompts: &[Vec<u32>], n: usize) -> Vec<(Vec<u32>, Vec<f64>)> {
@@ -193,7 +193,7 @@ fn hybrid_kv_cache_equals_the_flat_pool() {
         let run = |hybrid: bool| {
             let cfg = EngineConfig {
                 model: model.clone(),
-                kv_cache_memory: Some(160 << 10),
+                kv_cache_memory: Some((40 << 10) * KvDtype::default().bytes()),
                 block_size: 4,
                 max_num_batched_tokens: 16,
                 max_model_len: Some(80),

@@ -8,12 +8,12 @@ use std::collections::HashMap;
 use common::*;
 use rand::Rng;
 use wllm::engine::LlmEngine;
-use wllm::{EngineConfig, FinishReason, Prompt, RequestOutput, SamplingParams};
+use wllm::{EngineConfig, FinishReason, KvDtype, Prompt, RequestOutput, SamplingParams};
 
 fn config(kv_tokens: usize, budget: usize, max_model_len: usize) -> EngineConfig {
     EngineConfig {
         model: default_model_path(),
-        kv_cache_memory: Some((kv_tokens * 46080) as u64),
+        kv_cache_memory: Some(kv_tokens as u64 * 11520 * KvDtype::default().bytes()),
         max_num_batched_tokens: budget,
         max_num_seqs: 16,
         max_model_len: Some(max_model_len),

@@ -10,7 +10,7 @@ use common::tiny::{TinySpec, write_tiny_gguf};
 use common::*;
 use rand::Rng;
 use wllm::engine::LlmEngine;
-use wllm::{Engine, EngineConfig, FinishReason, Prompt, SamplingParams};
+use wllm::{Engine, EngineConfig, FinishReason, KvDtype, Prompt, SamplingParams};
 
 fn tiny_model(name: &str) -> std::path::PathBuf {
     let dir = test_dir(name);
@@ -18,10 +18,11 @@ fn tiny_model(name: &str) -> std::path::PathBuf {
 }
 
 fn tiny_config(model: std::path::PathBuf, kv_tokens: usize, budget: usize) -> EngineConfig {
-    // 2 layers x 2 KV heads x 16 dims x 2 (K and V) x 4 bytes = 512 bytes per token.
+    // 2 layers x 2 KV heads x 16 dims x 2 (K and V) = 128 elements per token,
+    // in the default KV dtype.
     EngineConfig {
         model,
-        kv_cache_memory: Some((kv_tokens * 512) as u64),
+        kv_cache_memory: Some(kv_tokens as u64 * 128 * KvDtype::default().bytes()),
         max_num_batched_tokens: budget,
         max_num_seqs: 64,
         max_model_len: Some(1024),

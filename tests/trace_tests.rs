@@ -14,7 +14,7 @@ use std::process::Command;
 use common::*;
 use serde_json::Value;
 use wllm::trace::{report, tef};
-use wllm::{Engine, EngineConfig, Prompt, SamplingParams};
+use wllm::{Engine, EngineConfig, KvDtype, Prompt, SamplingParams};
 
 fn out_dir() -> PathBuf {
     let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/trace-tests");
@@ -132,7 +132,7 @@ fn preemptions_in_a_small_pool_show_in_the_trace_while_outputs_stay_solo() {
     let cfg = |trace_steps| EngineConfig {
         model: default_model_path(),
         // 12 blocks of 16 tokens: 6 requests of ~50 + 40 tokens cannot all fit.
-        kv_cache_memory: Some(12 * 16 * 46080),
+        kv_cache_memory: Some(12 * 16 * 11520 * KvDtype::default().bytes()),
         max_model_len: Some(192),
         trace_steps,
         ..Default::default()
