@@ -13,8 +13,13 @@ pub struct EngineConfig {
     pub device: Device,
     /// Substring of the wgpu adapter name (the CLI also reads `WLLM_ADAPTER`); `None`: the best adapter.
     pub adapter: Option<String>,
-    /// Bytes of the KV pool; default: 512 MiB, within the adapter's binding limit.
+    /// Bytes of the KV pool; `None`: planned from the adapter's memory
+    /// (`engine::MemoryPlan`), else 512 MiB, within the adapter's binding limit.
     pub kv_cache_memory: Option<u64>,
+    /// The share of the adapter's memory this engine may take (weights, step
+    /// buffers and the KV pool), as vLLM's `--gpu-memory-utilization`; `None`:
+    /// 0.9 on GPUs that report their memory, the fixed pool on CPU adapters.
+    pub gpu_memory_utilization: Option<f64>,
     /// Tokens per KV block.
     pub block_size: usize,
     /// Token budget of one step (the prefill chunk size).
@@ -58,6 +63,7 @@ impl Default for EngineConfig {
             device: Device::Auto,
             adapter: None,
             kv_cache_memory: None,
+            gpu_memory_utilization: None,
             block_size: 16,
             max_num_batched_tokens: 512,
             max_num_seqs: 64,

@@ -110,6 +110,11 @@ pub struct CacheConfig {
     pub num_gpu_blocks: usize,
     pub bytes_per_token: usize,
     pub pool_bytes: u64,
+    /// The weights' and step buffers' bytes on the device, as allocated.
+    pub weight_bytes: u64,
+    pub step_buffer_bytes: u64,
+    /// The adapter's memory as its driver reports it (0: not reported).
+    pub device_memory_bytes: u64,
 }
 
 impl Default for Metrics {
@@ -238,6 +243,21 @@ impl Metrics {
                 "kv_cache_bytes_per_token",
                 "KV bytes one token takes in every layer (2 L H_kv d_h, times the dtype's bytes)",
                 self.cache_config.bytes_per_token as f64,
+            ),
+            (
+                "model_weights_bytes",
+                "Bytes of the weights on the device, rope tables included",
+                self.cache_config.weight_bytes as f64,
+            ),
+            (
+                "step_buffer_bytes",
+                "Bytes of the step buffers (activations, logits, ids, block tables)",
+                self.cache_config.step_buffer_bytes as f64,
+            ),
+            (
+                "gpu_memory_total_bytes",
+                "The adapter's memory as its driver reports it (0: not reported)",
+                self.cache_config.device_memory_bytes as f64,
             ),
         ];
         for (name, help, v) in gauges {

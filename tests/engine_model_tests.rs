@@ -171,3 +171,28 @@ fn stop_strings_are_never_half_emitted() {
     assert_eq!(tokens(&outs).len(), 2);
     assert_eq!(outs.last().unwrap().finish_reason, Some(FinishReason::Stop));
 }
+
+/// The memory plan, made from the file's tensor shapes before loading,
+/// counts what the engine then allocates (weights with rope tables, step
+/// buffers) to within 3%, and gives the pool the bytes asked for.
+#[test]
+fn the_memory_plan_counts_what_the_engine_allocates() {
+    for (tokens, budget, seqs, len) in [(4096, 512, 16, 2048), (8448, 64, 4, 8192)] {
+        let cfg = EngineConfig {
+            max_num_seqs: seqs,
+            ..config(tokens, budget, len)
+        };
+        let core = LlmEngine::with_context(&kernels().ctx, &cfg).unwrap();
+        let m = &core.memory;
+        let planned = m.weights + m.activations;
+        let measured = core.static_bytes();
+        let err = (planned as f64 - measured as f64).abs() / measured as f64;
+        eprintln!(
+            "budget {budget}, {seqs} seqs, len {len}: planned {planned} (weights {}, step buffers {}), allocated {measured}",
+            m.weights, m.activations
+        );
+        assert!(err < 0.03, "planned {planned} bytes against {measured} allocated");
+        assert_eq!(m.kv, cfg.kv_cache_memory.unwrap());
+        assert_eq!(m.sizing, wllm::engine::KvSizing::Given);
+    }
+}

@@ -237,6 +237,69 @@ fn large_weights_are_bound_in_windows() {
     }
 }
 
+/// On CPU adapters the engine keeps a weight as textures alone (no storage
+/// buffers: one copy of its bytes): gemm and the embedding gather read it
+/// there, in several texture windows, with the same bits as from buffers.
+#[test]
+fn weights_held_as_textures_alone_read_as_buffers_do() {
+    use wllm::backend::wgsl::{GemmTiles, GpuWeight, Residency, TexLayout};
+    let ctx = &kernels().ctx;
+    if !ctx.cpu_textures() {
+        // GPUs keep buffers alone: nothing is held twice there either.
+        assert_eq!(kernels().residency(), Residency::Buffers);
+        eprintln!("this adapter keeps weights in buffers (no weight textures): the buffer paths are tested elsewhere");
+        return;
+    }
+    assert!(matches!(kernels().residency(), Residency::Textures(_)));
+    for format in WeightFormat::ALL {
+        // Five groups of 24 x 8 rows and a part: three windows of two groups.
+        let (t, n, k) = (7usize, 5 * 192 + 37, awkward_k(format));
+        let units = if format.is_quantized() { k / 32 } else { k.div_ceil(8) };
+        let mut r = rng(31);
+        let bytes = rand_weight_bytes(&mut r, format, n, k);
+        let rp = wllm::quant::repack(format, &bytes, n, k).unwrap();
+        let layout = TexLayout {
+            tiles: GemmTiles::cpu(),
+            max_rows: 2 * units as u32,
+        };
+        let tex = GpuWeight::upload_as(ctx, &rp, "tex", Residency::Textures(layout));
+        let buf = GpuWeight::upload_as(ctx, &rp, "buf", Residency::Buffers);
+        assert!(tex.data.is_none() && tex.scales.is_none(), "{format:?}: buffers kept");
+        assert_eq!(tex.tex.len(), 3, "{format:?}: texture windows");
+        let tex_bytes: u64 = tex
+            .tex
+            .iter()
+            .map(|t| t.data.len() + t.scales.as_ref().map_or(0, |s| s.len()))
+            .sum();
+        assert_eq!(tex.gpu_bytes(), tex_bytes, "{format:?}");
+        let x = rand_vec(&mut r, t * k);
+        let ids: Vec<u32> = vec![0, n as u32 - 1, 191, 192, 383, 384, 800];
+        let (xb, ib) = (upload(&x), upload(&ids));
+        let (y_tex, y_buf, e_tex, e_buf) = (zeros(t * n), zeros(t * n), zeros(t * k), zeros(t * k));
+        let mut enc = encoder();
+        kernels()
+            .gemm(&mut enc, &tex, Rows::new(&xb, k), Rows::new(&y_tex, n), t as u32)
+            .unwrap();
+        kernels()
+            .gemm(&mut enc, &buf, Rows::new(&xb, k), Rows::new(&y_buf, n), t as u32)
+            .unwrap();
+        kernels().embed(&mut enc, &tex, &ib, t as u32, &e_tex).unwrap();
+        kernels().embed(&mut enc, &buf, &ib, t as u32, &e_buf).unwrap();
+        let out: Vec<Vec<f32>> = run_read(
+            enc,
+            &[(&y_tex, t * n), (&y_buf, t * n), (&e_tex, t * k), (&e_buf, t * k)],
+        );
+        assert_eq!(bits(&out[0]), bits(&out[1]), "{format:?} gemm");
+        assert_eq!(bits(&out[2]), bits(&out[3]), "{format:?} embed");
+        // And the gather is the CPU's dequantisation of those rows.
+        let cpu = wllm::quant::dequantize(format, &bytes, n, k).unwrap();
+        for (i, &id) in ids.iter().enumerate() {
+            let want = &cpu[id as usize * k..(id as usize + 1) * k];
+            assert_eq!(bits(&out[2][i * k..(i + 1) * k]), bits(want), "{format:?} row {id}");
+        }
+    }
+}
+
 /// The tiles chosen for real GPUs (32-lane workgroups, 4x4 / 1x1 tiles) are run
 /// on this adapter too: same results as the CPU reference, same bits across tiles.
 #[test]

@@ -159,6 +159,20 @@ fn endpoints_answer_in_openai_shapes() {
         assert_eq!(kv["pool_bytes"].as_f64(), Some(pool));
         let blocks = kv["num_blocks"].as_f64().unwrap() * kv["block_size"].as_f64().unwrap();
         assert_eq!(pool, blocks * per_token);
+        // The memory plan and what was allocated: weights and step buffers add
+        // up to the idle allocation (no block in use at idle).
+        let mem = &e["memory"];
+        let (weights, steps) = (gauge("wllm:model_weights_bytes{"), gauge("wllm:step_buffer_bytes{"));
+        assert!(weights > 0.0 && steps > 0.0, "{mem}");
+        assert_eq!(mem["weights"].as_f64(), Some(weights));
+        assert_eq!(mem["step_buffers"].as_f64(), Some(steps));
+        assert_eq!(mem["kv"].as_f64(), Some(pool));
+        assert!(mem["describe"].as_str().is_some_and(|d| d.starts_with("memory plan: weights")), "{mem}");
+        // (The tiny model's 32-row matrices fill a 192-row texture group
+        // each on CPU adapters: its planned weights are not its allocation.
+        // engine_model_tests checks the plan on the default model.)
+        assert_eq!(mem["plan"]["sizing"], "given", "{mem}");
+        assert_eq!(mem["plan"]["kv"].as_f64(), Some(pool), "{mem}");
     });
 }
 

@@ -203,6 +203,15 @@ pub trait Backend: Send + 'static {
     fn describe(&self) -> String;
     /// The largest single buffer the backend can address in one op (caps a layer's KV pool).
     fn max_buffer(&self) -> u64;
+    /// The device's memory, where its driver reports it (the memory plan).
+    fn device_memory(&self) -> Option<crate::gpu::DeviceMemory> {
+        None
+    }
+    /// Whether the device's memory is the host's (CPU adapters): the memory
+    /// plan then keeps the fixed KV pool unless told a share.
+    fn shares_host_memory(&self) -> bool {
+        false
+    }
 
     /// A zeroed buffer of `bytes`.
     fn zeros(&self, bytes: u64) -> Result<Self::Buffer, Self::Error>;

@@ -39,6 +39,22 @@ impl OpenBackend {
             Self::Cuda(c) => c.max_buffer(),
         }
     }
+
+    /// The memory plan for a model on this device (`LlmEngine::plan_memory`).
+    pub fn plan_memory(
+        &self,
+        files: &crate::model::ModelFiles,
+        model: &crate::model::ModelConfig,
+        kv_groups: usize,
+        cfg: &EngineConfig,
+    ) -> Result<crate::engine::MemoryPlan, crate::engine::EngineError> {
+        use crate::engine::LlmEngine;
+        match self {
+            Self::Wgpu(k) => LlmEngine::plan_memory(k.as_ref(), files, model, kv_groups, cfg),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(c) => LlmEngine::plan_memory(c, files, model, kv_groups, cfg),
+        }
+    }
 }
 
 /// The wgpu options a config asks for.

@@ -47,14 +47,17 @@ pub fn run(a: &InfoArgs) -> anyhow::Result<()> {
     let (backend, _) = wllm::backend::open(&cfg)?;
     let max_buffer = backend.max_buffer();
     println!("device: {}", backend.describe());
+    let groups = wllm::engine::KvGroups::of(&c, cfg.hybrid_kv_cache);
+    let files = ModelFiles::open_with(&path, cfg.quantize)?;
+    let mut memory = backend.plan_memory(&files, &c, groups.len(), &cfg)?;
     drop(backend);
     let plan = KvPlan::new(
-        &wllm::engine::KvGroups::of(&c, cfg.hybrid_kv_cache),
+        &groups,
         cfg.kv_dtype(),
         c.kv_bytes_per_token(cfg.kv_dtype()),
         a.engine.block_size,
         a.engine.max_num_batched_tokens,
-        a.engine.kv_cache_memory,
+        Some(memory.kv),
         max_buffer,
         c.max_context,
         a.engine.max_model_len,
@@ -69,6 +72,8 @@ pub fn run(a: &InfoArgs) -> anyhow::Result<()> {
         plan.dtype,
         plan.bytes_per_token
     );
+    memory.kv = plan.pool_bytes;
+    println!("{}", memory.describe());
     println!("{}", plan.describe());
     if a.timings {
         let t0 = std::time::Instant::now();

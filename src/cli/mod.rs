@@ -34,9 +34,14 @@ pub struct EngineArgs {
     /// Substring of the wgpu adapter name to use.
     #[arg(long, global = true, env = "WLLM_ADAPTER")]
     pub adapter: Option<String>,
-    /// Bytes of GPU memory for the KV cache pool (default 512 MiB, within the adapter's limits).
+    /// Bytes of GPU memory for the KV cache pool (overrides the memory plan; default: what
+    /// --gpu-memory-utilization leaves on a GPU that reports its memory, else 512 MiB).
     #[arg(long, global = true)]
     pub kv_cache_memory: Option<u64>,
+    /// Share of the adapter's memory for weights, step buffers and KV pool, as vLLM's (default
+    /// 0.9 on GPUs that report their memory; CPU adapters keep the 512 MiB pool unless given).
+    #[arg(long, global = true)]
+    pub gpu_memory_utilization: Option<f64>,
     /// Tokens per KV block.
     #[arg(long, global = true, default_value_t = 16)]
     pub block_size: usize,
@@ -124,6 +129,7 @@ impl EngineArgs {
             device: self.device,
             adapter: self.adapter.clone(),
             kv_cache_memory: self.kv_cache_memory,
+            gpu_memory_utilization: self.gpu_memory_utilization,
             block_size: self.block_size,
             max_num_batched_tokens: self.max_num_batched_tokens,
             max_num_seqs: self.max_num_seqs,
@@ -190,6 +196,7 @@ impl EngineArgs {
         }
         let engine = wllm::Engine::from_core(core);
         eprintln!("device: {}", engine.adapter());
+        eprintln!("{}", engine.memory_plan().describe());
         eprintln!("{}", engine.kv_plan().describe());
         eprintln!(
             "loaded {} in {:.1} s ({})",

@@ -123,7 +123,7 @@ impl KvPlan {
         };
         format!(
             "KV cache: {} {} bytes/token (2·L·H_kv·d_h·{}), block size {}, {} blocks = {} tokens{hybrid} ({:.1} \
-             MiB); max model len {}, maximum concurrency {:.2}x",
+             MiB); maximum concurrency for {} tokens per request: {:.2}x",
             self.dtype,
             self.bytes_per_token,
             self.dtype.bytes(),

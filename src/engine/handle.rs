@@ -61,6 +61,7 @@ struct Inner {
     guide: Arc<crate::sampling::constraint::Guide>,
     model_config: ModelConfig,
     plan: KvPlan,
+    memory: super::MemoryPlan,
     adapter: String,
     load_timings: super::LoadTimings,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -96,6 +97,7 @@ impl Engine {
         let guide = core.guide.clone();
         let model_config = core.model_config.clone();
         let plan = core.plan.clone();
+        let memory = core.memory.clone();
         let adapter = core.runner.describe();
         let load_timings = core.load_timings.clone();
         let thread = std::thread::Builder::new()
@@ -110,6 +112,7 @@ impl Engine {
                 guide,
                 model_config,
                 plan,
+                memory,
                 adapter,
                 load_timings,
                 thread: Mutex::new(Some(thread)),
@@ -136,6 +139,11 @@ impl Engine {
 
     pub fn kv_plan(&self) -> &KvPlan {
         &self.inner.plan
+    }
+
+    /// Weights / step buffers / KV pool of the adapter's memory, planned at start.
+    pub fn memory_plan(&self) -> &super::MemoryPlan {
+        &self.inner.memory
     }
 
     /// The adapter the engine runs on.

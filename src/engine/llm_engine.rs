@@ -17,7 +17,7 @@ use super::request::{Prompt, tokenize_prompt, validate_request};
 use super::scheduler::{Scheduler, SchedulerConfig};
 use super::sequence::{FinishReason, SeqId, SeqStatus, Sequence};
 use super::step_budget::StepBudget;
-use super::{BlockManager, EngineError, KvCache, KvGroups};
+use super::{BlockManager, EngineError, KvCache, KvGroups, MemoryInputs, MemoryPlan};
 use crate::backend::wgsl::Kernels;
 use crate::backend::{Backend, OpenBackend};
 use crate::gpu::GpuContext;
@@ -40,6 +40,8 @@ pub struct LlmEngine {
     pub guide: Arc<Guide>,
     pub model_config: ModelConfig,
     pub plan: KvPlan,
+    /// Weights / step buffers / KV pool of the adapter's memory, planned at start.
+    pub memory: MemoryPlan,
     pub runner: Box<dyn StepRunner>,
     pub scheduler: Scheduler,
     /// Each step's token budget, from the measured cost of the steps so far.
@@ -73,6 +75,44 @@ impl LlmEngine {
         Ok(me)
     }
 
+    /// Bytes the engine holds on the device besides the KV pool: weights
+    /// (with rope tables) and step buffers, as allocated.
+    pub fn static_bytes(&self) -> u64 {
+        self.static_bytes
+    }
+
+    /// The memory plan for a model on `kernels`' device, before anything is
+    /// loaded: weights and step buffers counted at their largest (the context
+    /// `cfg.max_model_len` or the model's), the KV pool what that leaves.
+    pub fn plan_memory<B: Backend>(
+        kernels: &B,
+        files: &ModelFiles,
+        model_config: &ModelConfig,
+        kv_groups: usize,
+        cfg: &EngineConfig,
+    ) -> Result<MemoryPlan, EngineError> {
+        let context = cfg
+            .max_model_len
+            .unwrap_or(model_config.max_context)
+            .min(model_config.max_context);
+        let weights = super::memory_plan::weight_bytes(files, model_config, context);
+        let activations = super::memory_plan::step_buffer_bytes(
+            model_config,
+            cfg.max_num_batched_tokens,
+            cfg.max_num_seqs,
+            context.div_ceil(cfg.block_size.max(1)),
+            kv_groups,
+        );
+        let inputs = MemoryInputs {
+            device: kernels.device_memory(),
+            cpu_adapter: kernels.shares_host_memory(),
+            kv_cache_memory: cfg.kv_cache_memory,
+            gpu_memory_utilization: cfg.gpu_memory_utilization,
+            kv_useful: (cfg.max_num_seqs * context) as u64 * model_config.kv_bytes_per_token(cfg.kv_dtype()) as u64,
+        };
+        MemoryPlan::new(weights, activations, &inputs).map_err(EngineError::Config)
+    }
+
     /// As `new`, on an already opened wgpu device (engines on one device share its pipelines).
     pub fn with_context(ctx: &GpuContext, cfg: &EngineConfig) -> Result<Self, EngineError> {
         Self::with_backend(Kernels::with_tiles(ctx, cfg.gemm_tiles)?, cfg)
@@ -90,18 +130,21 @@ impl LlmEngine {
             ModelFiles::Hf { dir, .. } => Tokenizer::from_hf_dir(dir)?,
         };
         let kv_groups = KvGroups::of(&model_config, cfg.hybrid_kv_cache);
+        let mut memory = Self::plan_memory(&kernels, &files, &model_config, kv_groups.len(), cfg)?;
         let plan = KvPlan::new(
             &kv_groups,
             cfg.kv_dtype(),
             model_config.kv_bytes_per_token(cfg.kv_dtype()),
             cfg.block_size,
             cfg.max_num_batched_tokens,
-            cfg.kv_cache_memory,
+            Some(memory.kv),
             kernels.max_buffer(),
             model_config.max_context,
             cfg.max_model_len,
         )
         .map_err(EngineError::Config)?;
+        // Whole blocks, within the binding limit: what the pool really takes.
+        memory.kv = plan.pool_bytes;
         if cfg.max_num_batched_tokens == 0 || cfg.max_num_seqs == 0 {
             return Err(EngineError::Config(
                 "--max-num-batched-tokens and --max-num-seqs must be at least 1".into(),
@@ -166,6 +209,7 @@ impl LlmEngine {
             tokenizer,
             model_config,
             plan,
+            memory,
             scheduler: Scheduler::new(sched_cfg, blocks),
             budget: StepBudget::new(cfg.step_target),
             runner: Box::new(runner),
@@ -186,6 +230,9 @@ impl LlmEngine {
             num_gpu_blocks: me.plan.num_blocks,
             bytes_per_token: me.plan.bytes_per_token,
             pool_bytes: me.runner.kv_bytes(),
+            weight_bytes: me.runner.weight_bytes(),
+            step_buffer_bytes: me.static_bytes - me.runner.weight_bytes(),
+            device_memory_bytes: me.memory.device.map_or(0, |d| d.total),
         };
         me.update_gauges();
         Ok(me)

@@ -50,6 +50,8 @@ pub trait StepRunner: Send {
     fn describe(&self) -> String;
     /// Bytes of weights and step buffers on the device.
     fn static_bytes(&self) -> u64;
+    /// Bytes of the weights on the device (with rope tables).
+    fn weight_bytes(&self) -> u64;
     /// Bytes of the KV pool on the device.
     fn kv_bytes(&self) -> u64;
     fn config(&self) -> &ModelConfig;
@@ -87,6 +89,9 @@ impl<B: Backend> StepRunner for ModelRunner<B> {
     }
     fn kv_bytes(&self) -> u64 {
         self.kv.bytes
+    }
+    fn weight_bytes(&self) -> u64 {
+        self.model.weight_bytes
     }
     fn config(&self) -> &ModelConfig {
         &self.model.cfg

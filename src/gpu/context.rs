@@ -64,6 +64,8 @@ pub struct GpuContext {
     /// Whether rg32uint array textures can be read and written as storage
     /// textures (a KV cache of packed halves held as textures on CPU adapters).
     pub f16_storage_textures: bool,
+    /// The adapter's memory, where its driver reports it (read at open).
+    pub memory: Option<super::DeviceMemory>,
     cache_dir: Option<PathBuf>,
     pipelines: Arc<OnceLock<Arc<PipelineStore>>>,
 }
@@ -185,6 +187,7 @@ impl GpuContext {
                 wgpu::TextureFormatFeatureFlags::STORAGE_READ_ONLY
                     | wgpu::TextureFormatFeatureFlags::STORAGE_WRITE_ONLY,
             );
+        let memory = super::memory::query(&adapter);
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("wllm"),
@@ -207,6 +210,7 @@ impl GpuContext {
             features,
             storage_read_textures,
             f16_storage_textures,
+            memory,
             cache_dir: opts.pipeline_cache.resolve().map(|d| d.join("pipelines")),
             pipelines: Arc::default(),
         })

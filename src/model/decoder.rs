@@ -300,7 +300,9 @@ impl<B: Backend> DecoderModel<B> {
                 upload_f32(ks, &table, "rope table")
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // Every matrix and vector, the final norm and the rope tables.
         let mut weight_bytes = embed.device_bytes() + lm_head.as_ref().map_or(0, |w| w.device_bytes());
+        weight_bytes += ks.buffer_bytes(&final_norm) + ropes.iter().map(|r| ks.buffer_bytes(r)).sum::<u64>();
         for l in &layers {
             for w in l.matrices() {
                 weight_bytes += WeightInfo::device_bytes(w);

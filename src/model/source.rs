@@ -243,6 +243,39 @@ impl ModelFiles {
         }
     }
 
+    /// Every tensor as it will load: its type (after `--quantize`), rows and
+    /// columns, without reading its bytes (the memory plan's weight count).
+    pub fn tensor_shapes(&self) -> Vec<(WeightFormat, usize, usize)> {
+        let lookup = |r: &Option<Requant>, name: &str| r.as_ref().and_then(|r| r.get(name)).copied();
+        match self {
+            Self::Gguf { file, requant, .. } => file
+                .tensors
+                .iter()
+                .filter_map(|(name, t)| {
+                    let format = WeightFormat::from_ggml_type(t.ggml_type)?;
+                    let cols = t.dims.first().copied().unwrap_or(1) as usize;
+                    let rows = t.dims.iter().skip(1).product::<u64>() as usize;
+                    Some((lookup(requant, name).unwrap_or(format), rows, cols))
+                })
+                .collect(),
+            Self::Hf { st, requant, arch, .. } => {
+                let by_hf: HashMap<String, WeightFormat> = requant
+                    .iter()
+                    .flatten()
+                    .map(|(gguf, &f)| (hf_name(*arch, gguf), f))
+                    .collect();
+                st.tensors
+                    .iter()
+                    .map(|(name, t)| {
+                        let cols = t.shape.last().copied().unwrap_or(1);
+                        let rows = t.shape.iter().rev().skip(1).product::<usize>();
+                        (by_hf.get(name).copied().unwrap_or(t.format), rows, cols)
+                    })
+                    .collect()
+            }
+        }
+    }
+
     /// Where this model was opened from.
     pub fn path(&self) -> &Path {
         match self {

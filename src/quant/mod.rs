@@ -349,6 +349,24 @@ pub fn repack(format: WeightFormat, bytes: &[u8], n: usize, k: usize) -> Result<
     })
 }
 
+/// Bytes `repack` gives an `[n][k]` matrix of `format` (data and scales):
+/// what its weight occupies on the device, known before reading the tensor
+/// (the memory plan counts a model's weights from these).
+pub fn resident_bytes(format: WeightFormat, n: usize, k: usize) -> u64 {
+    let (n, k) = (n as u64, k as u64);
+    match format.layout() {
+        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Bf16 => n * k.div_ceil(8) * 8 * format.block().1 as u64,
+        layout => {
+            let data = if matches!(layout, WeightFormat::Q4_0 | WeightFormat::Q4_1) {
+                16
+            } else {
+                32
+            };
+            n * (k / 32) * (data + 4 * layout.scale_floats() as u64)
+        }
+    }
+}
+
 impl Repacked {
     /// Bytes of one row of `data` and of `scales`.
     pub fn row_bytes(&self) -> (usize, usize) {
@@ -471,6 +489,19 @@ mod fuse_tests {
                     &b.scales[i * sr..(i + 1) * sr]
                 );
             }
+        }
+    }
+
+    #[test]
+    fn resident_bytes_are_what_repack_gives() {
+        for format in WeightFormat::STORED {
+            let k = if format.block().0 == 256 { 512 } else { 96 };
+            let r = matrix(format, 3, k, 4);
+            assert_eq!(
+                resident_bytes(format, 3, k),
+                (r.data.len() + r.scales.len()) as u64,
+                "{format:?}"
+            );
         }
     }
 

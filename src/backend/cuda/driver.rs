@@ -76,6 +76,11 @@ impl Executor for DriverExecutor {
         self.total_mem
     }
 
+    fn free_mem(&self) -> Option<u64> {
+        self.bind().ok()?;
+        self.ctx.mem_get_info().ok().map(|(free, _)| free as u64)
+    }
+
     fn alloc(&self, bytes: u64) -> Result<DeviceMem, CudaError> {
         let mem = self
             .stream

@@ -27,6 +27,10 @@ pub trait Executor: Send + Sync + 'static {
     fn describe(&self) -> String;
     /// Bytes of device memory.
     fn total_mem(&self) -> u64;
+    /// Bytes of device memory free now, where the driver says.
+    fn free_mem(&self) -> Option<u64> {
+        None
+    }
     /// `bytes` of zeroed device memory (address aligned to 256).
     fn alloc(&self, bytes: u64) -> Result<DeviceMem, CudaError>;
     /// Copies `data` to device address `dst` (valid for `data.len()` bytes).

@@ -51,6 +51,13 @@ impl Backend for CudaBackend {
         self.exec.total_mem()
     }
 
+    fn device_memory(&self) -> Option<crate::gpu::DeviceMemory> {
+        Some(crate::gpu::DeviceMemory {
+            total: self.exec.total_mem(),
+            available: self.exec.free_mem(),
+        })
+    }
+
     fn zeros(&self, bytes: u64) -> Result<CudaBuffer, CudaError> {
         self.alloc(bytes)
     }

@@ -101,9 +101,10 @@ impl Kernels {
                     });
                 }
             }
+            let tex = matches!(self.residency(), super::Residency::Textures(_));
             out.push(RenderedKernel {
-                file: format!("embed_{format:?}.wgsl"),
-                source: embed::source(format)?,
+                file: format!("embed_{format:?}{}.wgsl", if tex { "_tex" } else { "" }),
+                source: embed::source(format, tex)?,
             });
         }
         // Decode-sized and prefill-sized steps (the token tile may differ).
@@ -252,7 +253,12 @@ mod tests {
                     }
                 }
             }
-            validate(&format!("embed {format:?}"), &embed::source(format).unwrap());
+            for tex in [false, true] {
+                validate(
+                    &format!("embed {format:?} tex {tex}"),
+                    &embed::source(format, tex).unwrap(),
+                );
+            }
         }
     }
 

@@ -1,10 +1,12 @@
-//! `embed`: the row gather of the token embedding in every weight format; the
-//! kernel is the template `shaders/embed.wgsl`.
+//! `embed`: the row gather of the token embedding in every weight format,
+//! from storage buffers or from a CPU adapter's weight textures; the kernel
+//! is the template `shaders/embed.wgsl`.
 
 use minijinja::context;
 
 use super::templates::render;
-use crate::gpu::GpuError;
+use super::weight::{scale_binding, scale_pairs};
+use crate::gpu::{Binding, GpuError};
 use crate::quant::WeightFormat;
 
 /// The uniform parameters, laid out as `Params` in embed.wgsl.
@@ -19,16 +21,37 @@ pub struct EmbedParams {
     /// The window of rows bound at binding 2 (see `GpuWeight::windows`).
     pub row0: u32,
     pub rows: u32,
-    pub pad: u32,
+    /// The texture layout (`WeightTex`): columns a lane, lanes a group,
+    /// texels a unit, scale texture rows a group.
+    pub tn: u32,
+    pub wg: u32,
+    pub parts: u32,
+    pub scale_units: u32,
+    pub pad: [u32; 3],
 }
 
-/// The WGSL for `format`: `shaders/embed.wgsl` rendered for it.
-pub fn source(format: WeightFormat) -> Result<String, GpuError> {
+/// The WGSL for `format`, reading buffers or (`tex`) textures:
+/// `shaders/embed.wgsl` rendered for it.
+pub fn source(format: WeightFormat, tex: bool) -> Result<String, GpuError> {
     render(
         "embed.wgsl",
         context! {
             format => format!("{format:?}"),
             quantized => format.is_quantized(),
+            tex,
+            pairs => scale_pairs(format),
+            scale_texel => scale_binding(format).wgsl_texel(),
         },
     )
+}
+
+/// The storage bindings of the kernel after its uniform.
+pub fn bindings(format: WeightFormat, tex: bool) -> Vec<Binding> {
+    use Binding::{Read as R, ReadWrite as RW};
+    match (format.is_quantized(), tex) {
+        (true, false) => vec![R, R, R, RW],
+        (false, false) => vec![R, R, RW],
+        (true, true) => vec![R, Binding::LoadRgba32Uint, scale_binding(format), RW],
+        (false, true) => vec![R, Binding::LoadRgba32Uint, RW],
+    }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::gemm::{self, GemmParams, GemmVariant};
-use super::weight::scale_binding;
+use super::weight::{Residency, TexLayout, scale_binding};
 use super::{Binding, Bound, BufSlice, GpuError, GpuWeight, Kernel, Kernels, PagedKv, R, RW, RopeArgs, Rows, kv_tex};
 use crate::backend::KvDtype;
 use crate::backend::NormArgs;
@@ -258,6 +258,35 @@ impl Kernels {
         } else {
             d > 0 && d.is_multiple_of(8) && limits.max_storage_buffers_per_shader_stage >= 10
         }
+    }
+
+    /// Where this kernel set keeps a weight. On CPU adapters with CPU shapes,
+    /// textures in the layout of its tiles, and nothing else where every gemm
+    /// pass reads them: decode and prefill tiles of one column count, even
+    /// (the silu and rope epilogues round TN up to even), so that
+    /// `reads_textures` holds for every pass; the embedding gather reads them
+    /// too. Else textures and buffers (tiles set by `--gemm-tiles` whose
+    /// passes differ); on GPUs and with GPU shapes, buffers.
+    pub fn residency(&self) -> Residency {
+        if !(self.cpu_shapes && self.ctx.cpu_textures()) {
+            return Residency::Buffers;
+        }
+        let layout = TexLayout::new(&self.ctx, self.tiles);
+        let t = self.tiles;
+        if t.decode_tn == t.prefill_tn && t.decode_tn.is_multiple_of(2) {
+            Residency::Textures(layout)
+        } else {
+            Residency::Both(layout)
+        }
+    }
+
+    /// Checks that a weight binds on this adapter: its buffer windows, or
+    /// its textures (laid out within the adapter's limits at upload).
+    pub(super) fn prepare_weight(&self, w: &GpuWeight) -> Result<(), GpuError> {
+        if w.data.is_none() {
+            return Ok(());
+        }
+        w.windows(self.binding_limit, self.storage_align()).map(|_| ())
     }
 
     /// Whether the gemm of `w` reads its textures: their lane-group layout

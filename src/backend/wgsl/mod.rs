@@ -26,7 +26,7 @@ use wgpu::util::DeviceExt;
 pub use dump::RenderedKernel;
 pub use gemm::{GemmParams, GemmVariant};
 pub use templates::SHADER_FILES;
-pub use weight::{GpuWeight, WeightTex, WeightWindow};
+pub use weight::{GpuWeight, Residency, TexLayout, WeightTex, WeightWindow};
 
 pub use crate::backend::{RopeArgs, RopePairing};
 
@@ -95,7 +95,7 @@ pub struct Kernels {
     x_tex: Mutex<HashMap<(wgpu::Buffer, u32), (wgpu::Texture, wgpu::TextureView)>>,
     /// rms_norm weights as one-row textures, by (buffer, length), for the gemms' norm prologue.
     norm_tex: Mutex<HashMap<(wgpu::Buffer, u32), wgpu::TextureView>>,
-    embed: Mutex<HashMap<WeightFormat, Arc<Kernel>>>,
+    embed: Mutex<HashMap<(WeightFormat, bool), Arc<Kernel>>>,
     /// The KV caches held as textures (CPU adapters), by the placeholder buffer
     /// `Backend::kv_cache` returned for each (kv_tex.rs).
     kv_tex: Mutex<HashMap<wgpu::Buffer, kv_tex::KvTexture>>,
@@ -256,11 +256,16 @@ impl Kernels {
         })
     }
 
-    pub(crate) fn embed_kernel(&self, f: WeightFormat) -> Result<Arc<Kernel>, GpuError> {
-        variant_kernel(&self.embed, f, || {
-            let storage: &[Binding] = if f.is_quantized() { &[R, R, R, RW] } else { &[R, R, RW] };
-            self.store
-                .kernel(&self.ctx.device, &format!("embed_{f:?}"), &embed::source(f)?, storage)
+    /// The `embed` variant for a format, reading buffers or (`tex`) textures.
+    pub(crate) fn embed_kernel(&self, f: WeightFormat, tex: bool) -> Result<Arc<Kernel>, GpuError> {
+        variant_kernel(&self.embed, (f, tex), || {
+            let name = format!("embed_{f:?}{}", if tex { "_tex" } else { "" });
+            self.store.kernel(
+                &self.ctx.device,
+                &name,
+                &embed::source(f, tex)?,
+                &embed::bindings(f, tex),
+            )
         })
     }
 

@@ -5,6 +5,7 @@
 
 use super::embed::EmbedParams;
 use super::kv_tex::{self, kv_caches, kv_prefix};
+use super::weight::scale_pairs;
 use super::{GpuWeight, Kernels, PagedKv, Rows, gemm_ops};
 use crate::backend::{
     Activation, Backend, Elementwise, FusedOps, KvDtype, MaskedArgmax, NormArgs, RopeArgs, RopePairing, WeightInfo,
@@ -89,6 +90,14 @@ impl Backend for Kernels {
         self.ctx.max_binding()
     }
 
+    fn device_memory(&self) -> Option<crate::gpu::DeviceMemory> {
+        self.ctx.memory
+    }
+
+    fn shares_host_memory(&self) -> bool {
+        self.ctx.is_cpu()
+    }
+
     fn zeros(&self, bytes: u64) -> Result<wgpu::Buffer, GpuError> {
         Ok(self.scratch(bytes))
     }
@@ -120,7 +129,7 @@ impl Backend for Kernels {
     }
 
     fn upload_weight(&self, r: &Repacked, label: &str) -> Result<GpuWeight, GpuError> {
-        Ok(GpuWeight::upload(&self.ctx, r, label))
+        Ok(GpuWeight::upload_as(&self.ctx, r, label, self.residency()))
     }
 
     fn pipeline_stats(&self) -> crate::gpu::PipelineStats {
@@ -142,11 +151,11 @@ impl Backend for Kernels {
     // generate never builds the decode tiles); `prepare` only checks that the
     // weight can be bound on this adapter.
     fn prepare_gemm(&self, w: &GpuWeight) -> Result<(), GpuError> {
-        w.windows(self.binding_limit, self.storage_align()).map(|_| ())
+        self.prepare_weight(w)
     }
 
     fn prepare_embed(&self, w: &GpuWeight) -> Result<(), GpuError> {
-        w.windows(self.binding_limit, self.storage_align()).map(|_| ())
+        self.prepare_weight(w)
     }
 
     fn prepare_attention(&self, _head_dim: u32, _heads: u32, _kv_heads: u32) -> Result<(), GpuError> {
@@ -225,25 +234,69 @@ impl Backend for Kernels {
         t: u32,
         out: &wgpu::Buffer,
     ) -> Result<(), GpuError> {
-        let kernel = self.embed_kernel(w.format)?;
-        for win in w.windows(self.binding_limit, self.storage_align())? {
-            let p = EmbedParams {
-                t,
-                d: w.k as u32,
-                chunks: w.chunks() as u32,
-                w_row: w.w_row() as u32,
-                vocab: w.n as u32,
-                row0: win.row0,
-                rows: win.rows,
-                pad: 0,
-            };
-            let mut bufs = vec![BufSlice::whole(ids), win.data];
-            bufs.extend(win.scales);
-            bufs.push(BufSlice::whole(out));
-            enc.dispatch(
+        let tex = w.data.is_none();
+        let kernel = self.embed_kernel(w.format, tex)?;
+        let base = EmbedParams {
+            t,
+            d: w.k as u32,
+            chunks: w.chunks() as u32,
+            w_row: w.w_row() as u32,
+            vocab: w.n as u32,
+            ..EmbedParams::default()
+        };
+        // Each window: its rows, parameters and bindings.
+        let windows: Vec<(EmbedParams, Vec<Bound>)> = if tex {
+            let scale_units = if scale_pairs(w.format) {
+                w.chunks().div_ceil(2)
+            } else {
+                w.chunks()
+            } as u32;
+            w.tex
+                .iter()
+                .map(|t| {
+                    let p = EmbedParams {
+                        row0: t.row0,
+                        rows: t.rows,
+                        tn: t.tn,
+                        wg: t.wg,
+                        parts: w.tex_parts(),
+                        scale_units,
+                        ..base
+                    };
+                    (
+                        p,
+                        [Some(t.data.clone()), t.scales.clone()].into_iter().flatten().collect(),
+                    )
+                })
+                .collect()
+        } else {
+            w.windows(self.binding_limit, self.storage_align())?
+                .into_iter()
+                .map(|win| {
+                    let p = EmbedParams {
+                        row0: win.row0,
+                        rows: win.rows,
+                        ..base
+                    };
+                    (
+                        p,
+                        [Some(win.data), win.scales]
+                            .into_iter()
+                            .flatten()
+                            .map(Bound::Buf)
+                            .collect(),
+                    )
+                })
+                .collect()
+        };
+        for (p, wb) in windows {
+            let mut bufs = vec![Bound::Buf(BufSlice::whole(ids))];
+            bufs.extend(wb);
+            bufs.push(Bound::Buf(BufSlice::whole(out)));
+            enc.dispatch_bound(
                 &kernel,
                 bytemuck::bytes_of(&p),
-                &bufs,
+                bufs,
                 [(w.chunks() as u32).div_ceil(64), t, 1],
             );
         }

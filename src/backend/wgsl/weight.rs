@@ -1,6 +1,6 @@
 //! A weight matrix resident on the GPU in the layout of `quant::repack`: in
-//! storage buffers, and on CPU adapters also as textures, which the gemm reads
-//! there (llvmpipe loads a texel for all eight lanes of a vector at once, but
+//! storage buffers, or on CPU adapters as textures, which the gemm and the
+//! embedding gather read there (llvmpipe loads a texel for all eight lanes of a vector at once, but
 //! a storage element lane by lane: 3x the read rate in a probe). They are
 //! bound as read-only storage textures: llvmpipe's image load is inline code,
 //! where a sampled texel fetch of a format other than rgba8 calls a generic
@@ -18,13 +18,47 @@ pub struct GpuWeight {
     pub format: WeightFormat,
     pub n: usize,
     pub k: usize,
-    // data: (n, w_row) vec4 elements of the format's layout
-    pub data: wgpu::Buffer,
-    // scales: (n, k/32) f32 or vec2<f32>; quantised formats only
+    /// (n, w_row) vec4 elements of the format's layout; `None` where the
+    /// textures hold the weight alone (`Residency::Textures`).
+    pub data: Option<wgpu::Buffer>,
+    /// (n, k/32) f32 or vec2<f32>; quantised formats with `data` only.
     pub scales: Option<wgpu::Buffer>,
     /// The same rows as textures, in windows of at most the adapter's 2D
     /// texture height (CPU adapters only; empty elsewhere).
     pub tex: Vec<WeightTex>,
+}
+
+/// Where a weight's rows live on the device: one copy wherever every reader
+/// can take it (llama.cpp keeps one; wllm kept both on CPU adapters, 2x the
+/// weight bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Residency {
+    /// Storage buffers only (GPUs, and CPU adapters run with GPU shapes).
+    Buffers,
+    /// Textures in the lane-group layout of `TexLayout`, with no buffers;
+    /// where the adapter cannot hold the textures, buffers instead.
+    Textures(TexLayout),
+    /// Both: for gemm tiles whose passes do not all read the textures, and
+    /// for tests that read one weight through both paths.
+    Both(TexLayout),
+}
+
+/// The lane-group layout of weight textures (see `WeightTex`): the gemm tiles
+/// it serves and the most texture rows a window may have (the adapter's 2D
+/// limit; tests lower it to get several windows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TexLayout {
+    pub tiles: GemmTiles,
+    pub max_rows: u32,
+}
+
+impl TexLayout {
+    pub fn new(ctx: &GpuContext, tiles: GemmTiles) -> Self {
+        Self {
+            tiles,
+            max_rows: ctx.limits.max_texture_dimension_2d,
+        }
+    }
 }
 
 /// Rows `row0..row0 + rows` of a weight as textures, laid out for the
@@ -127,7 +161,8 @@ fn lane_groups(src: &[u8], rl: RowLayout, tn: usize, wg: usize, groups: std::ops
 
 /// `r` as texture windows in the lane-group layout for `tiles` (see
 /// `WeightTex`), where the adapter can hold a group (else none).
-fn textures(ctx: &GpuContext, r: &Repacked, label: &str, tiles: GemmTiles) -> Vec<WeightTex> {
+fn textures(ctx: &GpuContext, r: &Repacked, label: &str, layout: TexLayout) -> Vec<WeightTex> {
+    let (tiles, max_rows) = (layout.tiles, layout.max_rows as usize);
     let max = ctx.limits.max_texture_dimension_2d as usize;
     let data_w = w_row_len(r.format, r.k);
     let (tn, wg) = (tiles.decode_tn as usize, tiles.wg as usize);
@@ -160,7 +195,7 @@ fn textures(ctx: &GpuContext, r: &Repacked, label: &str, tiles: GemmTiles) -> Ve
     };
     let parts = data_w / units;
     let height = units.max(if r.format.is_quantized() { scale_units } else { 1 });
-    let groups_per_window = max / height;
+    let groups_per_window = max.min(max_rows) / height;
     if groups_per_window == 0 || parts * gw > max {
         return Vec::new();
     }
@@ -239,21 +274,39 @@ pub fn scale_binding(format: WeightFormat) -> Binding {
 }
 
 impl GpuWeight {
-    /// Uploads a repacked matrix.
+    /// Uploads a repacked matrix as buffers, and on CPU adapters also as
+    /// textures for `GemmTiles::cpu` (both paths readable: tests).
     pub fn upload(ctx: &GpuContext, r: &Repacked, label: &str) -> Self {
+        let residency = if ctx.cpu_textures() {
+            Residency::Both(TexLayout::new(ctx, GemmTiles::cpu()))
+        } else {
+            Residency::Buffers
+        };
+        Self::upload_as(ctx, r, label, residency)
+    }
+
+    /// Uploads a repacked matrix where `residency` says.
+    pub fn upload_as(ctx: &GpuContext, r: &Repacked, label: &str, residency: Residency) -> Self {
+        let tex = match residency {
+            Residency::Buffers => Vec::new(),
+            Residency::Textures(l) | Residency::Both(l) => textures(ctx, r, label, l),
+        };
+        let buffers = tex.is_empty() || matches!(residency, Residency::Both(_));
         let mk = |bytes: &[u8]| ctx.storage_buffer(bytes, label);
         Self {
             format: r.format,
             n: r.n,
             k: r.k,
-            data: mk(&r.data),
-            scales: r.format.is_quantized().then(|| mk(&r.scales)),
-            tex: if ctx.cpu_textures() {
-                textures(ctx, r, label, GemmTiles::cpu())
-            } else {
-                Vec::new()
-            },
+            data: buffers.then(|| mk(&r.data)),
+            scales: (buffers && r.format.is_quantized()).then(|| mk(&r.scales)),
+            tex,
         }
+    }
+
+    /// Texels a unit (block or float chunk) of a row takes in a texture row
+    /// (`WeightTex`'s `parts`): 2 for F32 and Q8_0, else 1.
+    pub fn tex_parts(&self) -> u32 {
+        (self.w_row() / self.chunks().max(1)) as u32
     }
 
     /// `w` array elements per row (see gemm.wgsl).
@@ -274,6 +327,13 @@ impl GpuWeight {
     /// offsets aligned to `align`: (first row, rows, data slice, scales slice).
     /// Every window but the last holds an even number of rows.
     pub fn windows(&self, max_binding: u64, align: u64) -> Result<Vec<WeightWindow>, GpuError> {
+        let Some(data) = &self.data else {
+            return Err(GpuError::Limit(format!(
+                "a {:?} weight of {} x {} is held as textures only, laid out for other gemm tiles: \
+                 upload it with the kernels that read it",
+                self.format, self.n, self.k
+            )));
+        };
         let drb = self.w_row() as u64 * 16;
         let srb = 4 * self.format.scale_floats() as u64 * self.chunks() as u64;
         let fits = self.n as u64 * drb <= max_binding && (self.scales.is_none() || self.n as u64 * srb <= max_binding);
@@ -281,7 +341,7 @@ impl GpuWeight {
             return Ok(vec![WeightWindow {
                 row0: 0,
                 rows: self.n as u32,
-                data: BufSlice::whole(&self.data),
+                data: BufSlice::whole(data),
                 scales: self.scales.as_ref().map(BufSlice::whole),
             }]);
         }
@@ -306,7 +366,7 @@ impl GpuWeight {
             out.push(WeightWindow {
                 row0: row0 as u32,
                 rows: r as u32,
-                data: BufSlice::range(&self.data, row0 * drb, r * drb),
+                data: BufSlice::range(data, row0 * drb, r * drb),
                 scales: self
                     .scales
                     .as_ref()
@@ -324,7 +384,7 @@ impl GpuWeight {
             .iter()
             .map(|t| t.data.len() + t.scales.as_ref().map_or(0, |s| s.len()))
             .sum();
-        self.data.size() + self.scales.as_ref().map_or(0, |s| s.size()) + tex
+        self.data.as_ref().map_or(0, |d| d.size()) + self.scales.as_ref().map_or(0, |s| s.size()) + tex
     }
 
     /// Bytes of the weight as stored (what a decode step must read).
