@@ -40,19 +40,23 @@ impl OpenBackend {
         }
     }
 
-    /// The memory plan for a model on this device (`LlmEngine::plan_memory`).
-    pub fn plan_memory(
-        &self,
-        files: &crate::model::ModelFiles,
-        model: &crate::model::ModelConfig,
-        kv_groups: usize,
-        cfg: &EngineConfig,
-    ) -> Result<crate::engine::MemoryPlan, crate::engine::EngineError> {
-        use crate::engine::LlmEngine;
+    /// The device's memory, where its driver reports it (`Backend::device_memory`).
+    pub fn device_memory(&self) -> Option<crate::gpu::DeviceMemory> {
+        use super::Backend;
         match self {
-            Self::Wgpu(k) => LlmEngine::plan_memory(k.as_ref(), files, model, kv_groups, cfg),
+            Self::Wgpu(k) => k.device_memory(),
             #[cfg(feature = "cuda")]
-            Self::Cuda(c) => LlmEngine::plan_memory(c, files, model, kv_groups, cfg),
+            Self::Cuda(c) => c.device_memory(),
+        }
+    }
+
+    /// Whether the device's memory is the host's (`Backend::shares_host_memory`).
+    pub fn shares_host_memory(&self) -> bool {
+        use super::Backend;
+        match self {
+            Self::Wgpu(k) => k.shares_host_memory(),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(c) => c.shares_host_memory(),
         }
     }
 }

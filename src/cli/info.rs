@@ -49,7 +49,14 @@ pub fn run(a: &InfoArgs) -> anyhow::Result<()> {
     println!("device: {}", backend.describe());
     let groups = wllm::engine::KvGroups::of(&c, cfg.hybrid_kv_cache);
     let files = ModelFiles::open_with(&path, cfg.quantize)?;
-    let mut memory = backend.plan_memory(&files, &c, groups.len(), &cfg)?;
+    let mut memory = wllm::LlmEngine::plan_memory(
+        backend.device_memory(),
+        backend.shares_host_memory(),
+        &files,
+        &c,
+        groups.len(),
+        &cfg,
+    )?;
     drop(backend);
     let plan = KvPlan::new(
         &groups,

@@ -84,8 +84,9 @@ impl LlmEngine {
     /// The memory plan for a model on `kernels`' device, before anything is
     /// loaded: weights and step buffers counted at their largest (the context
     /// `cfg.max_model_len` or the model's), the KV pool what that leaves.
-    pub fn plan_memory<B: Backend>(
-        kernels: &B,
+    pub fn plan_memory(
+        device: Option<crate::gpu::DeviceMemory>,
+        cpu_adapter: bool,
         files: &ModelFiles,
         model_config: &ModelConfig,
         kv_groups: usize,
@@ -104,8 +105,8 @@ impl LlmEngine {
             kv_groups,
         );
         let inputs = MemoryInputs {
-            device: kernels.device_memory(),
-            cpu_adapter: kernels.shares_host_memory(),
+            device,
+            cpu_adapter,
             kv_cache_memory: cfg.kv_cache_memory,
             gpu_memory_utilization: cfg.gpu_memory_utilization,
             kv_useful: (cfg.max_num_seqs * context) as u64 * model_config.kv_bytes_per_token(cfg.kv_dtype()) as u64,
@@ -130,7 +131,14 @@ impl LlmEngine {
             ModelFiles::Hf { dir, .. } => Tokenizer::from_hf_dir(dir)?,
         };
         let kv_groups = KvGroups::of(&model_config, cfg.hybrid_kv_cache);
-        let mut memory = Self::plan_memory(&kernels, &files, &model_config, kv_groups.len(), cfg)?;
+        let mut memory = Self::plan_memory(
+            kernels.device_memory(),
+            kernels.shares_host_memory(),
+            &files,
+            &model_config,
+            kv_groups.len(),
+            cfg,
+        )?;
         let plan = KvPlan::new(
             &kv_groups,
             cfg.kv_dtype(),
