@@ -24,6 +24,9 @@ struct Params {
 {% if kv_tex %}
 @group(0) @binding(2) var k_tex: texture_storage_2d_array<{{ kv_texel }}, read>;
 @group(0) @binding(3) var v_tex: texture_storage_2d_array<{{ kv_texel }}, read>;
+{% elif q8 %}
+@group(0) @binding(2) var<storage, read> k_cache: array<u32>;
+@group(0) @binding(3) var<storage, read> v_cache: array<u32>;
 {% elif f16 %}
 @group(0) @binding(2) var<storage, read> k_cache: array<vec2<u32>>;
 @group(0) @binding(3) var<storage, read> v_cache: array<vec2<u32>>;
@@ -90,6 +93,26 @@ fn k_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
 }
 fn v_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
     return textureLoad(v_tex, vec2<u32>(kvh * D4 + i, slot % {{ slots_per_layer }}u), slot / {{ slots_per_layer }}u);
+}
+{% elif q8 %}
+// A q8_0 row (cache_write.wgsl): kv_width / 4 words of four int8 values, then
+// an f32 scale per block of 32. Texel i of head kvh: word kvh·D4 + i, times
+// its block's scale (a block never splits a texel: kv_width % 32 == 0).
+fn q8x4(u: u32) -> vec4<f32> {
+    return vec4<f32>(vec4<i32>(bitcast<i32>(u << 24u), bitcast<i32>(u << 16u), bitcast<i32>(u << 8u), bitcast<i32>(u)) >> vec4<u32>(24u));
+}
+fn q8_at(e: u32, slot: u32) -> vec2<u32> {
+    let kw4 = p.kv_heads * D4;
+    let row = slot * (kw4 + kw4 / 8u);
+    return vec2<u32>(row + e, row + kw4 + e / 8u);
+}
+fn k_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
+    let a = q8_at(kvh * D4 + i, slot);
+    return q8x4(k_cache[a.x]) * bitcast<f32>(k_cache[a.y]);
+}
+fn v_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
+    let a = q8_at(kvh * D4 + i, slot);
+    return q8x4(v_cache[a.x]) * bitcast<f32>(v_cache[a.y]);
 }
 {% elif f16 %}
 fn k_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {

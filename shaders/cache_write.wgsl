@@ -1,5 +1,5 @@
 // cache_write.wgsl — copies the K and V of T new tokens into the paged cache
-// (a template: `f16` renders the cache of packed halves).
+// (a template: `f16` renders the cache of packed halves, `q8` the q8_0 cache).
 //
 // Bindings:
 //   0 p:            Params (uniform)
@@ -8,10 +8,16 @@
 //   3 k_cache:      (num_blocks * block_size, kv_width) f32 (read_write); with `f16`
 //                   (num_blocks * block_size, kv_width / 2) u32, each two halves
 //                   (element 2i in the low half, rounded to nearest even: half_pack.wgsl)
+//                   With `q8`: rows of kv_width / 4 + kv_width / 32 u32: first
+//                   the values as int8, four a word (element 4w + j in byte j),
+//                   then each block of 32 values' scale d (f32 bits).
 //   4 v_cache:      the same for V
-// kv_width = kv_heads * head_dim (even with `f16`). Dispatch: (ceil(kv_width / 64), T, 1),
-// with `f16` (ceil(kv_width / 2 / 64), T, 1). A copy (f16: each value rounded to
-// a half), no reduction.
+// kv_width = kv_heads * head_dim (even with `f16`, a multiple of 32 with `q8`).
+// Dispatch: (ceil(kv_width / 64), T, 1), with `f16` (ceil(kv_width / 2 / 64), T, 1),
+// with `q8` (ceil(kv_width / 32 / 64), T, 1): an invocation a block of 32. A copy
+// (f16: each value rounded to a half), no reduction; q8: d = amax / 127 over
+// the block, each value round(x · 127 / amax) (half away from zero), as
+// llama.cpp's q8_0 and `KvDtype::round_trip`.
 
 struct Params {
     t: u32,
@@ -27,7 +33,40 @@ struct Params {
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> qkv: array<f32>;
 @group(0) @binding(2) var<storage, read> slot_mapping: array<u32>;
-{% if f16 %}
+{% if q8 %}
+@group(0) @binding(3) var<storage, read_write> k_cache: array<u32>;
+@group(0) @binding(4) var<storage, read_write> v_cache: array<u32>;
+
+// Block b of token t's row at `off` in qkv, quantised into `cache` row `row`.
+{% macro q8_block(cache, off) %}
+    {
+        let src = t * p.qkv_stride + {{ off }} + 32u * b;
+        var amax = 0.0;
+        for (var i = 0u; i < 32u; i = i + 1u) { amax = max(amax, abs(qkv[src + i])); }
+        let id = select(0.0, 127.0 / amax, amax > 0.0);
+        for (var w = 0u; w < 8u; w = w + 1u) {
+            var word = 0u;
+            for (var j = 0u; j < 4u; j = j + 1u) {
+                let v = qkv[src + 4u * w + j] * id;
+                let q = i32(clamp(sign(v) * floor(abs(v) + 0.5), -127.0, 127.0));
+                word = word | ((bitcast<u32>(q) & 0xffu) << (8u * j));
+            }
+            {{ cache }}[row + 8u * b + w] = word;
+        }
+        {{ cache }}[row + p.kv_width / 4u + b] = bitcast<u32>(amax / 127.0);
+    }
+{% endmacro %}
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let t = gid.y;
+    let b = gid.x;
+    if (t >= p.t || b >= p.kv_width / 32u) { return; }
+    let row = slot_mapping[t] * (p.kv_width / 4u + p.kv_width / 32u);
+{{ q8_block("k_cache", "p.k_off") }}
+{{ q8_block("v_cache", "p.v_off") }}
+}
+{% elif f16 %}
 {% include "half_pack.wgsl" %}
 @group(0) @binding(3) var<storage, read_write> k_cache: array<u32>;
 @group(0) @binding(4) var<storage, read_write> v_cache: array<u32>;

@@ -193,7 +193,7 @@ fn hybrid_kv_cache_equals_the_flat_pool() {
         let run = |hybrid: bool| {
             let cfg = EngineConfig {
                 model: model.clone(),
-                kv_cache_memory: Some((40 << 10) * KvDtype::default().bytes()),
+                kv_cache_memory: Some(KvDtype::default().row_bytes(40 << 10)),
                 block_size: 4,
                 max_num_batched_tokens: 16,
                 max_model_len: Some(80),

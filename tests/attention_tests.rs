@@ -73,7 +73,7 @@ fn run_case_on(
     let (qkv_b, slot_b) = (upload(&qkv), upload(&slots));
     let (kc, vc) = match pool {
         Pool::Buffers(_) => {
-            let n = (total_blocks * bs * kv_w * dtype.bytes() as usize).div_ceil(4);
+            let n = (total_blocks * bs * dtype.row_bytes(kv_w as u64) as usize).div_ceil(4);
             (zeros(n), zeros(n))
         }
         Pool::KvCache(_) => {
@@ -139,14 +139,14 @@ fn run_case_on(
             let kvh = head / (h / hk);
             let keys: Vec<Vec<f32>> = (0..=p)
                 .map(|j| {
-                    let o = row_of(s, j) * qkv_w + h * hd + kvh * hd;
-                    as_stored(&qkv[o..o + hd], dtype)
+                    let o = row_of(s, j) * qkv_w + h * hd;
+                    as_stored(&qkv[o..o + kv_w], dtype)[kvh * hd..][..hd].to_vec()
                 })
                 .collect();
             let vals: Vec<Vec<f32>> = (0..=p)
                 .map(|j| {
-                    let o = row_of(s, j) * qkv_w + (h + hk) * hd + kvh * hd;
-                    as_stored(&qkv[o..o + hd], dtype)
+                    let o = row_of(s, j) * qkv_w + (h + hk) * hd;
+                    as_stored(&qkv[o..o + kv_w], dtype)[kvh * hd..][..hd].to_vec()
                 })
                 .collect();
             want.extend(cpu_attention(
@@ -160,19 +160,21 @@ fn run_case_on(
     (got, want)
 }
 
-/// The tolerance against the CPU reference, whose K and V are rounded to the
-/// nearest half as the kernels round them (half_pack.wgsl): the same for
-/// both dtypes.
-fn tol(_dtype: KvDtype) -> f32 {
-    1e-4
+/// The tolerance against the CPU reference, whose K and V are a KV row as
+/// the cache of `dtype` holds it (`KvDtype::round_trip`: f16 rounded as
+/// half_pack.wgsl rounds, q8_0 quantised as the cache writers quantise).
+/// q8_0's is wider: the GPU's 127 / amax may differ from the CPU's in the last
+/// bit, moving a value on a rounding boundary by one step (amax / 127).
+fn tol(dtype: KvDtype) -> f32 {
+    match dtype {
+        KvDtype::Q8_0 => 2e-3,
+        _ => 1e-4,
+    }
 }
 
-/// Values as a cache of `dtype` holds them (f16: the nearest half).
+/// A K or V row (kv_heads · head_dim values) as a cache of `dtype` holds it.
 fn as_stored(v: &[f32], dtype: KvDtype) -> Vec<f32> {
-    match dtype {
-        KvDtype::F32 => v.to_vec(),
-        KvDtype::F16 => v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
-    }
+    dtype.round_trip(v)
 }
 
 #[test]
@@ -271,6 +273,8 @@ fn paged_attention_is_batch_invariant() {
         (KvDtype::F32, Pool::Buffers(3)),
         (KvDtype::F16, Pool::Buffers(3)),
         (KvDtype::F16, Pool::KvCache(3)),
+        (KvDtype::Q8_0, Pool::Buffers(3)),
+        (KvDtype::Q8_0, Pool::KvCache(3)),
     ] {
         let run = |q: &[(usize, usize)]| run_case_on(kernels(), &c, &seq_lens, q, 9, pool, dtype);
         let (all, want) = run(&batch);
@@ -426,6 +430,89 @@ fn f16_cache_rounds_to_nearest_even() {
                         "{x:e} ({:#x}) became {g:e}, want {want:e} (kv_cache {from_backend})",
                         x.to_bits()
                     );
+                }
+            }
+        }
+    }
+}
+
+/// A q8_0 cache holds each block of 32 values as int8 steps of amax / 127
+/// (llama.cpp's q8_0): read back, every value is the CPU's quantisation of it
+/// (`KvDtype::round_trip`) or, where the GPU's 127 / amax differs in the last
+/// bit and a value sits on a rounding boundary, one step from it; a block of
+/// zeros stays zeros and a block's largest value comes back exactly ±amax
+/// (to the scale's rounding).
+#[test]
+fn q8_0_cache_quantises_blocks_of_32() {
+    let ks = kernels();
+    let width = 96usize; // three blocks a row
+    let rows = 37usize;
+    let mut r = rng(8);
+    let mut vals: Vec<f32> = rand_vec(&mut r, rows * width).iter().map(|x| x * 5.0).collect();
+    vals[..32].fill(0.0); // a block of zeros
+    vals[32..64]
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, v)| *v = 1e-30 * i as f32); // tiny
+    vals[64] = 1e6; // one huge value among small ones
+    let qkv: Vec<f32> = vals
+        .chunks(width)
+        .flat_map(|c| c.iter().chain(c.iter()).copied())
+        .collect();
+    let slots: Vec<u32> = (0..rows as u32).map(|s| (s * 7) % rows as u32).collect();
+    let (qb, sb) = (upload(&qkv), upload(&slots));
+    for from_backend in [false, true] {
+        let n = (rows as u64 * KvDtype::Q8_0.row_bytes(width as u64)).div_ceil(4) as usize;
+        let cache = || match from_backend {
+            true => ks.kv_cache(rows as u64, width as u32, KvDtype::Q8_0).unwrap(),
+            false => zeros(n),
+        };
+        let (kc, vc) = (cache(), cache());
+        let mut enc = encoder();
+        let qkv_rows = Rows {
+            buf: &qb,
+            off: 0,
+            stride: 2 * width as u32,
+        };
+        ks.cache_write(
+            &mut enc,
+            qkv_rows,
+            0,
+            width as u32,
+            width as u32,
+            &sb,
+            &kc,
+            &vc,
+            rows as u32,
+            KvDtype::Q8_0,
+            rows as u32,
+        )
+        .unwrap();
+        run_read::<f32>(enc, &[]);
+        for c in [&kc, &vc] {
+            let got = ks.read_kv_cache(c, rows as u32, width as u32, KvDtype::Q8_0).unwrap();
+            for (t, &s) in slots.iter().enumerate() {
+                let row = &vals[t * width..(t + 1) * width];
+                let want = KvDtype::Q8_0.round_trip(row);
+                let g = &got[s as usize * width..(s as usize + 1) * width];
+                for (b, ((x, w), g)) in row.chunks(32).zip(want.chunks(32)).zip(g.chunks(32)).enumerate() {
+                    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                    let step = amax / 127.0;
+                    for e in 0..32 {
+                        assert!(
+                            (g[e] - w[e]).abs() <= step * 1.0001,
+                            "row {t} block {b} value {e}: {} became {}, want {} (kv_cache {from_backend})",
+                            x[e],
+                            g[e],
+                            w[e]
+                        );
+                    }
+                    if amax == 0.0 {
+                        assert!(g.iter().all(|&v| v == 0.0), "zeros stay zeros");
+                    } else {
+                        let top = g.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                        assert!((top - amax).abs() <= amax * 1e-6, "block {b}: max {top} against {amax}");
+                    }
                 }
             }
         }

@@ -13,7 +13,7 @@ use wllm::{EngineConfig, FinishReason, KvDtype, Prompt, RequestOutput, SamplingP
 fn config(kv_tokens: usize, budget: usize, max_model_len: usize) -> EngineConfig {
     EngineConfig {
         model: default_model_path(),
-        kv_cache_memory: Some(kv_tokens as u64 * 11520 * KvDtype::default().bytes()),
+        kv_cache_memory: Some(kv_tokens as u64 * KvDtype::default().row_bytes(11520)),
         max_num_batched_tokens: budget,
         max_num_seqs: 16,
         max_model_len: Some(max_model_len),

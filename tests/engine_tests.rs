@@ -22,7 +22,7 @@ fn tiny_config(model: std::path::PathBuf, kv_tokens: usize, budget: usize) -> En
     // in the default KV dtype.
     EngineConfig {
         model,
-        kv_cache_memory: Some(kv_tokens as u64 * 128 * KvDtype::default().bytes()),
+        kv_cache_memory: Some(kv_tokens as u64 * KvDtype::default().row_bytes(128)),
         max_num_batched_tokens: budget,
         max_num_seqs: 64,
         max_model_len: Some(1024),

@@ -174,7 +174,7 @@ fn rope_cache_write_equals_rope_then_cache_write() {
         let run = |fused: bool, tex: bool, dtype: KvDtype| -> Vec<Vec<f32>> {
             let cache = || match tex {
                 true => ks.kv_cache(slots as u64, kvw as u32, dtype).unwrap(),
-                false => zeros((slots * kvw * dtype.bytes() as usize).div_ceil(4)),
+                false => zeros((slots * dtype.row_bytes(kvw as u64) as usize).div_ceil(4)),
             };
             let (xb, kc, vc) = (upload(&qkv), cache(), cache());
             let kv = PagedKv {
@@ -237,7 +237,11 @@ fn rope_cache_write_equals_rope_then_cache_write() {
             let read = |c| ks.read_kv_cache(c, slots as u32, kvw as u32, dtype).unwrap();
             vec![qkv_out, read(&kc), read(&vc)]
         };
-        for dtype in [KvDtype::F32, KvDtype::F16] {
+        // (q8_0 where the KV row is whole blocks of 32.)
+        for dtype in KvDtype::ALL
+            .into_iter()
+            .filter(|d| kvw.is_multiple_of(d.row_multiple() as usize))
+        {
             let unfused = run(false, false, dtype);
             for (fused, tex) in [(true, false), (true, true), (false, true)] {
                 let got = run(fused, tex, dtype);
@@ -329,7 +333,7 @@ fn gemm_rope_kv_equals_gemm_then_rope_cache_write() {
             let run = |tm: Option<u32>, tex: bool, dtype: KvDtype| -> Vec<Vec<f32>> {
                 let cache = || match tex {
                     true => ks.kv_cache(slots as u64, kvw as u32, dtype).unwrap(),
-                    false => zeros((slots * kvw * dtype.bytes() as usize).div_ceil(4)),
+                    false => zeros((slots * dtype.row_bytes(kvw as u64) as usize).div_ceil(4)),
                 };
                 let (qkv, kc, vc) = (zeros(t * width), cache(), cache());
                 let kv = PagedKv {
@@ -365,7 +369,10 @@ fn gemm_rope_kv_equals_gemm_then_rope_cache_write() {
                 let read = |c| ks.read_kv_cache(c, slots as u32, kvw as u32, dtype).unwrap();
                 vec![qkv_out, read(&kc), read(&vc)]
             };
-            for dtype in [KvDtype::F32, KvDtype::F16] {
+            for dtype in KvDtype::ALL
+                .into_iter()
+                .filter(|d| kvw.is_multiple_of(d.row_multiple() as usize))
+            {
                 let want = run(None, false, dtype);
                 let tiles = ks.row_tiles(&fused_w);
                 for &tm in &tiles {
@@ -373,7 +380,7 @@ fn gemm_rope_kv_equals_gemm_then_rope_cache_write() {
                     // decode and the largest tile check them (every tile
                     // compiles its own pipeline).
                     let ends = tm == tiles[0] || Some(&tm) == tiles.last();
-                    if dtype == KvDtype::F16 && !ends {
+                    if dtype != KvDtype::F32 && !ends {
                         continue;
                     }
                     for tex in [false, true].into_iter().filter(|&tex| !tex || ends) {

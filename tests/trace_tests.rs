@@ -132,7 +132,7 @@ fn preemptions_in_a_small_pool_show_in_the_trace_while_outputs_stay_solo() {
     let cfg = |trace_steps| EngineConfig {
         model: default_model_path(),
         // 12 blocks of 16 tokens: 6 requests of ~50 + 40 tokens cannot all fit.
-        kv_cache_memory: Some(12 * 16 * 11520 * KvDtype::default().bytes()),
+        kv_cache_memory: Some(12 * 16 * KvDtype::default().row_bytes(11520)),
         max_model_len: Some(192),
         trace_steps,
         ..Default::default()

@@ -46,9 +46,35 @@ __device__ __forceinline__ u16 f2h(float f) {
 #endif
 }
 
-// Element e of a KV cache row of f32 (`f16` = 0) or halves (`f16` = 1).
-__device__ __forceinline__ float kv_at(const void* row, u32 e, u32 f16) {
-    return f16 ? h2f(((const u16*)row)[e]) : ((const float*)row)[e];
+// KV cache dtypes (`KvDtype`): f32, halves, or q8_0 rows of kv_w int8 values
+// then kv_w / 32 f32 scales (the layout of shaders/cache_write.wgsl).
+#define KV_F32 0
+#define KV_F16 1
+#define KV_Q8_0 2
+
+// Bytes of a KV cache row of kv_w values of `dtype`.
+__device__ __forceinline__ u64 kv_row_bytes(u32 kv_w, u32 dtype) {
+    return dtype == KV_Q8_0 ? (u64)kv_w + kv_w / 8 : (u64)kv_w * (dtype == KV_F16 ? 2 : 4);
+}
+
+// Element e of the KV cache row at `row` (kv_w values of `dtype`).
+__device__ __forceinline__ float kv_at(const u8* row, u32 kv_w, u32 e, u32 dtype) {
+    if (dtype == KV_Q8_0) return (float)((const signed char*)row)[e] * ((const float*)(row + kv_w))[e / 32];
+    return dtype == KV_F16 ? h2f(((const u16*)row)[e]) : ((const float*)row)[e];
+}
+
+// 32 values as a q8_0 block: d = amax / 127, q = round(x · 127 / amax), half
+// away from zero (as cache_write.wgsl and `KvDtype::round_trip`).
+__device__ __forceinline__ void q8_block(const float* x, u8* q, float* d) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (int i = 0; i < 32; i++) {
+        float v = x[i] * id;
+        float r = fminf(fmaxf(copysignf(floorf(fabsf(v) + 0.5f), v), -127.0f), 127.0f);
+        ((signed char*)q)[i] = (signed char)(int)r;
+    }
+    *d = amax / 127.0f;
 }
 
 __device__ __forceinline__ float bf2f(u16 h) {

@@ -2,8 +2,8 @@
 // launch serves prefill chunks and decodes of many sequences together.
 //
 // Arguments: q (T, q_stride) f32, query head h of token t at t·q_stride + h·hd (rope
-//   applied); k_cache, v_cache (num_blocks·block_size, kv_heads·hd) f32, or halves
-//   where f16 = 1; positions,
+//   applied); k_cache, v_cache (num_blocks·block_size, kv_heads·hd) of `dtype`
+//   (common.cuh's KV_*: f32, halves, q8_0 rows); positions,
 //   token_seq (T) u32; block_tables (S, max_blocks) u32; out (T, heads·hd) f32.
 //   Token t attends to positions 0..=positions[t] of sequence token_seq[t]; query
 //   head h reads KV head h / (heads / kv_heads). hd ≤ 256. Under a sliding window
@@ -25,7 +25,7 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)
     paged_attention(const float* q, const void* k_cache, const void* v_cache, const u32* positions,
                     const u32* token_seq, const u32* block_tables, float* out, u32 t, u32 heads, u32 kv_heads,
                     u32 hd, u32 q_stride, u32 block_size, u32 max_blocks, float scale, u32 window,
-                    float softcap, u32 f16) {
+                    float softcap, u32 dtype) {
     __shared__ float sh_m[ATT_WARPS];
     __shared__ float sh_s[ATT_WARPS];
     __shared__ float sh_acc[ATT_WARPS][32 * ATT_DPL];
@@ -49,14 +49,15 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)
     for (u32 j = lo / ATT_WARPS * ATT_WARPS + warp; j <= pos; j += ATT_WARPS) {
         if (j < lo) continue;
         u64 slot = (u64)table[j / block_size] * block_size + j % block_size;
-        u64 row = slot * kv_w + (u64)kvh * hd;
-        const void* kr = f16 ? (const void*)((const u16*)k_cache + row) : (const void*)((const float*)k_cache + row);
-        const void* vr = f16 ? (const void*)((const u16*)v_cache + row) : (const void*)((const float*)v_cache + row);
+        u64 row = slot * kv_row_bytes(kv_w, dtype);
+        const u8* kr = (const u8*)k_cache + row;
+        const u8* vr = (const u8*)v_cache + row;
+        u32 e0 = kvh * hd;
         float part = 0.0f;
 #pragma unroll
         for (int i = 0; i < ATT_DPL; i++) {
             u32 d = lane + 32 * i;
-            if (d < hd) part = fmaf(qv[i], kv_at(kr, d, f16), part);
+            if (d < hd) part = fmaf(qv[i], kv_at(kr, kv_w, e0 + d, dtype), part);
         }
         float score = warp_sum(part) * scale;
         if (softcap > 0.0f) score = softcap * tanhf(score / softcap);
@@ -67,7 +68,7 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)
 #pragma unroll
         for (int i = 0; i < ATT_DPL; i++) {
             u32 d = lane + 32 * i;
-            if (d < hd) acc[i] = fmaf(p, kv_at(vr, d, f16), acc[i] * corr);
+            if (d < hd) acc[i] = fmaf(p, kv_at(vr, kv_w, e0 + d, dtype), acc[i] * corr);
         }
         m = m_new;
     }

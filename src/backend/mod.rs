@@ -224,7 +224,7 @@ pub trait Backend: Send + 'static {
     /// form than a plain buffer (wgpu on CPU adapters: a texture, which
     /// llvmpipe reads eight lanes at a time).
     fn kv_cache(&self, rows: u64, width: u32, dtype: KvDtype) -> Result<Self::Buffer, Self::Error> {
-        self.zeros(rows * u64::from(width) * dtype.bytes())
+        self.zeros(rows * dtype.row_bytes(u64::from(width)))
     }
     /// Bytes of a buffer.
     fn buffer_bytes(&self, b: &Self::Buffer) -> u64;

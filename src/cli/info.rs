@@ -75,7 +75,7 @@ pub fn run(a: &InfoArgs) -> anyhow::Result<()> {
         c.layers,
         c.kv_heads,
         c.head_dim,
-        plan.dtype.bytes(),
+        plan.dtype.bytes_per_value(),
         plan.dtype,
         plan.bytes_per_token
     );

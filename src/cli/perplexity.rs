@@ -22,6 +22,10 @@ pub struct PerplexityArgs {
     /// Score at most this many windows (default: as many as the text holds).
     #[arg(long)]
     pub chunks: Option<usize>,
+    /// Also run the model with this KV cache dtype (e.g. f32) and report the KL
+    /// divergence of the distributions from it (llama-perplexity's --kl-divergence).
+    #[arg(long)]
+    pub kl_base_kv_dtype: Option<wllm::config::KvDtype>,
 }
 
 pub fn run(a: &PerplexityArgs) -> anyhow::Result<()> {
@@ -60,12 +64,37 @@ pub fn run(a: &PerplexityArgs) -> anyhow::Result<()> {
     );
     let t1 = std::time::Instant::now();
     let mut running = Vec::new();
-    let ppl = engine.perplexity(&tokens, a.ctx, a.chunks, |done, total, p| {
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-        bar.set_message(format!("PPL {:.4}", p.value()));
-        running.push(format!("[{done}]{:.4}", p.value()));
-    })?;
+    let ppl = match a.kl_base_kv_dtype {
+        None => engine.perplexity(&tokens, a.ctx, a.chunks, |done, total, p| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+            bar.set_message(format!("PPL {:.4}", p.value()));
+            running.push(format!("[{done}]{:.4}", p.value()));
+        })?,
+        Some(base_dtype) => {
+            let base_cfg = wllm::EngineConfig {
+                kv_cache_dtype: Some(base_dtype),
+                ..cfg.clone()
+            };
+            let mut base = wllm::engine::LlmEngine::new(&base_cfg)?;
+            let (ppl, kl) = engine.perplexity_against(&mut base, &tokens, a.ctx, a.chunks, |done, total, p, kl| {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+                bar.set_message(format!("PPL {:.4}  KL {:.6}", p.value(), kl.mean()));
+                running.push(format!("[{done}]{:.4}", p.value()));
+            })?;
+            bar.finish_and_clear();
+            println!(
+                "KL divergence from the {base_dtype} KV cache's distributions: mean {:.6}, max {:.6} over {} \
+                 positions; same top token {:.3}%",
+                kl.mean(),
+                kl.max,
+                kl.n,
+                100.0 * kl.same_top_fraction()
+            );
+            ppl
+        }
+    };
     bar.finish_and_clear();
     println!("{}", running.join(","));
     println!(

@@ -126,7 +126,7 @@ impl KvPlan {
              MiB); maximum concurrency for {} tokens per request: {:.2}x",
             self.dtype,
             self.bytes_per_token,
-            self.dtype.bytes(),
+            self.dtype.bytes_per_value(),
             self.block_size,
             self.num_blocks,
             self.capacity_tokens,

@@ -43,7 +43,7 @@ impl<B: Backend> KvCache<B> {
                 cfg.layers
             )));
         }
-        let per_slot = (num_blocks * block_size * cfg.kv_heads * cfg.head_dim) as u64 * dtype.bytes();
+        let per_slot = (num_blocks * block_size) as u64 * dtype.row_bytes((cfg.kv_heads * cfg.head_dim) as u64);
         if per_slot > ks.max_buffer() {
             return Err(ModelError::Config(format!(
                 "a KV pool of {num_blocks} blocks needs {per_slot} bytes per layer, over the adapter's binding \

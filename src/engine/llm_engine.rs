@@ -130,6 +130,17 @@ impl LlmEngine {
             ModelFiles::Gguf { file, .. } => Tokenizer::from_gguf(file)?,
             ModelFiles::Hf { dir, .. } => Tokenizer::from_hf_dir(dir)?,
         };
+        let dtype = cfg.kv_dtype();
+        let kv_width = model_config.kv_heads * model_config.head_dim;
+        if !kv_width.is_multiple_of(dtype.row_multiple() as usize) {
+            return Err(EngineError::Config(format!(
+                "--kv-cache-dtype {dtype} holds a token's K and V rows in whole multiples of {} values; this \
+                 model's rows have {kv_width} ({} KV heads x {}): use --kv-cache-dtype f16",
+                dtype.row_multiple(),
+                model_config.kv_heads,
+                model_config.head_dim
+            )));
+        }
         let kv_groups = KvGroups::of(&model_config, cfg.hybrid_kv_cache);
         let mut memory = Self::plan_memory(
             kernels.device_memory(),

@@ -35,7 +35,7 @@ pub use load_timings::LoadTimings;
 pub use memory_plan::{KvSizing, MemoryInputs, MemoryPlan};
 pub use model_runner::{ModelRunner, SeqChunk, StepResult, StepRunner};
 pub use output::{RequestMetrics, RequestOutput};
-pub use perplexity::Perplexity;
+pub use perplexity::{KlStats, Perplexity};
 pub use request::Prompt;
 pub use scheduler::{Scheduler, SchedulerConfig, SchedulerOutput};
 pub use sequence::{FinishReason, SeqId, SeqStatus, Sequence};

@@ -39,6 +39,30 @@ impl LlmEngine {
     /// −log p(tokens[p + 1]) for every p in `first..tokens.len() - 1`, the
     /// window run from an empty cache. The engine must be idle.
     pub fn score_window(&mut self, tokens: &[u32], first: usize) -> Result<Vec<f64>, EngineError> {
+        let mut out = Vec::with_capacity(tokens.len().saturating_sub(first + 1));
+        self.window_logits(tokens, first, |p, row| {
+            out.push(neg_log_softmax(row, tokens[p + 1] as usize))
+        })?;
+        Ok(out)
+    }
+
+    /// The log-softmax rows (f32) of positions `first..tokens.len() - 1`, the
+    /// window run from an empty cache: the next-token distributions a KL
+    /// divergence compares.
+    pub fn window_log_probs(&mut self, tokens: &[u32], first: usize) -> Result<Vec<Vec<f32>>, EngineError> {
+        let mut out = Vec::new();
+        self.window_logits(tokens, first, |_, row| out.push(log_softmax(row)))?;
+        Ok(out)
+    }
+
+    /// Runs a window from an empty cache; `row(p, logits)` for every p in
+    /// `first..tokens.len() - 1`, in order.
+    fn window_logits(
+        &mut self,
+        tokens: &[u32],
+        first: usize,
+        mut row_of: impl FnMut(usize, &[f32]),
+    ) -> Result<(), EngineError> {
         if self.has_unfinished() {
             return Err(EngineError::Config(
                 "scoring needs an engine with no requests running".into(),
@@ -62,7 +86,6 @@ impl LlmEngine {
         let mut table = BlockTable::default();
         self.scheduler.blocks.allocate(&mut table, CachedPrefix::default(), n);
         let vocab = self.model_config.vocab;
-        let mut out = Vec::with_capacity(n.saturating_sub(first + 1));
         let mut result = Ok(());
         for start in (0..n).step_by(step.max(1)) {
             let len = step.min(n - start);
@@ -87,13 +110,13 @@ impl LlmEngine {
                 for (i, row) in logits.chunks_exact(vocab).enumerate() {
                     let p = from + i;
                     if p + 1 < n {
-                        out.push(neg_log_softmax(row, tokens[p + 1] as usize));
+                        row_of(p, row);
                     }
                 }
             }
         }
         self.scheduler.blocks.deallocate(&mut table);
-        result.map(|()| out)
+        result
     }
 
     /// Perplexity of `tokens` in windows of `ctx` (at most `max_windows`);
@@ -105,6 +128,24 @@ impl LlmEngine {
         max_windows: Option<usize>,
         mut progress: impl FnMut(usize, usize, &Perplexity),
     ) -> Result<Perplexity, EngineError> {
+        let windows = self.windows_of(tokens, ctx, max_windows)?;
+        let mut ppl = Perplexity::default();
+        for w in 0..windows {
+            let win = self.window(tokens, ctx, w);
+            for v in self.score_window(&win, ctx / 2)? {
+                ppl.nll += v;
+                ppl.nll2 += v * v;
+                ppl.scored += 1;
+            }
+            ppl.windows += 1;
+            progress(w + 1, windows, &ppl);
+        }
+        Ok(ppl)
+    }
+
+    /// How many windows of `ctx` the text gives (at most `max_windows`), or
+    /// why it cannot be scored.
+    fn windows_of(&self, tokens: &[u32], ctx: usize, max_windows: Option<usize>) -> Result<usize, EngineError> {
         if ctx < 4 {
             return Err(EngineError::Config(format!("--ctx {ctx} is too small (at least 4)")));
         }
@@ -121,23 +162,102 @@ impl LlmEngine {
                 self.model_config.vocab
             )));
         }
-        let bos = self.tokenizer.add_bos.then_some(self.tokenizer.bos_id).flatten();
-        let mut ppl = Perplexity::default();
+        Ok(windows)
+    }
+
+    /// Window `w` of `ctx` tokens, its first replaced by BOS where the model adds one.
+    fn window(&self, tokens: &[u32], ctx: usize, w: usize) -> Vec<u32> {
+        let mut win = tokens[w * ctx..(w + 1) * ctx].to_vec();
+        if let Some(b) = self.tokenizer.add_bos.then_some(self.tokenizer.bos_id).flatten() {
+            win[0] = b;
+        }
+        win
+    }
+
+    /// `perplexity`, and the KL divergence of this engine's next-token
+    /// distributions from `base`'s (the same model under other settings, e.g.
+    /// an f32 KV cache) over the scored positions, as llama-perplexity's
+    /// `--kl-divergence` reports it: mean KL and how often the top tokens agree.
+    pub fn perplexity_against(
+        &mut self,
+        base: &mut LlmEngine,
+        tokens: &[u32],
+        ctx: usize,
+        max_windows: Option<usize>,
+        mut progress: impl FnMut(usize, usize, &Perplexity, &KlStats),
+    ) -> Result<(Perplexity, KlStats), EngineError> {
+        let windows = self.windows_of(tokens, ctx, max_windows)?;
+        let (mut ppl, mut kl) = (Perplexity::default(), KlStats::default());
         for w in 0..windows {
-            let mut win = tokens[w * ctx..(w + 1) * ctx].to_vec();
-            if let Some(b) = bos {
-                win[0] = b;
-            }
-            for v in self.score_window(&win, ctx / 2)? {
+            let win = self.window(tokens, ctx, w);
+            let p = base.window_log_probs(&win, ctx / 2)?;
+            let q = self.window_log_probs(&win, ctx / 2)?;
+            for (i, (p, q)) in p.iter().zip(&q).enumerate() {
+                let target = win[ctx / 2 + i + 1] as usize;
+                let v = -f64::from(q[target]);
                 ppl.nll += v;
                 ppl.nll2 += v * v;
                 ppl.scored += 1;
+                let d = kl_divergence(p, q);
+                kl.sum += d;
+                kl.max = kl.max.max(d);
+                kl.same_top += usize::from(argmax(p) == argmax(q));
+                kl.n += 1;
             }
             ppl.windows += 1;
-            progress(w + 1, windows, &ppl);
+            progress(w + 1, windows, &ppl, &kl);
         }
-        Ok(ppl)
+        Ok((ppl, kl))
     }
+}
+
+/// KL divergence of one run's next-token distributions from another's.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KlStats {
+    pub n: usize,
+    pub sum: f64,
+    pub max: f64,
+    /// Positions whose most likely token is the same in both.
+    pub same_top: usize,
+}
+
+impl KlStats {
+    pub fn mean(&self) -> f64 {
+        self.sum / self.n.max(1) as f64
+    }
+
+    pub fn same_top_fraction(&self) -> f64 {
+        self.same_top as f64 / self.n.max(1) as f64
+    }
+}
+
+fn argmax(v: &[f32]) -> usize {
+    v.iter()
+        .enumerate()
+        .fold(
+            (0, f32::NEG_INFINITY),
+            |(bi, bv), (i, &x)| if x > bv { (i, x) } else { (bi, bv) },
+        )
+        .0
+}
+
+/// log softmax(row), computed in f64, kept in f32.
+fn log_softmax(row: &[f32]) -> Vec<f32> {
+    let max = row.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v)) as f64;
+    let lse = max + row.iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln();
+    row.iter().map(|&v| (v as f64 - lse) as f32).collect()
+}
+
+/// KL(P ‖ Q) = Σ p (log p − log q) of two log-probability rows, in f64.
+pub fn kl_divergence(log_p: &[f32], log_q: &[f32]) -> f64 {
+    log_p
+        .iter()
+        .zip(log_q)
+        .map(|(&a, &b)| {
+            let (a, b) = (f64::from(a), f64::from(b));
+            if a == f64::NEG_INFINITY { 0.0 } else { a.exp() * (a - b) }
+        })
+        .sum()
 }
 
 /// −log softmax(row)[target], in f64.

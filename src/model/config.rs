@@ -173,7 +173,7 @@ impl ModelConfig {
     /// KV-cache bytes per token: 2 · L · H_kv · d_h · b, b the element's bytes
     /// (4 for f32, 2 for f16).
     pub fn kv_bytes_per_token(&self, dtype: crate::config::KvDtype) -> usize {
-        2 * self.layers * self.kv_heads * self.head_dim * dtype.bytes() as usize
+        2 * self.layers * dtype.row_bytes((self.kv_heads * self.head_dim) as u64) as usize
     }
 
     /// Width of the fused q|k|v row.

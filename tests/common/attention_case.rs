@@ -77,7 +77,9 @@ pub fn run_attention_with<B: Backend>(
         true => b
             .kv_cache((40 * bs) as u64, (kvh * hd) as u32, dtype)
             .expect("kv_cache"),
-        false => b.zeros(40 * (bs * kvh * hd) as u64 * dtype.bytes()).expect("zeros"),
+        false => b
+            .zeros(40 * bs as u64 * dtype.row_bytes((kvh * hd) as u64))
+            .expect("zeros"),
     };
     let (kc, vc, o) = (cache(), cache(), zeros(b, t * heads * hd));
     let mut s = b.begin();
@@ -111,8 +113,8 @@ pub fn run_attention_with<B: Backend>(
     bytemuck::pod_collect_to_vec(&out[0])
 }
 
-/// The reference of `run_attention_with`: K and V rounded to the nearest
-/// half (ties to even) where the cache is f16.
+/// The reference of `run_attention_with`: K and V as the cache of `dtype`
+/// holds them (`KvDtype::round_trip`).
 pub fn reference_attention_with(window: usize, softcap: f32, dtype: KvDtype) -> Vec<f32> {
     let (heads, kvh, hd, _) = ATT;
     let (qkv, pos, seq, _, _, _) = attention_data();
@@ -132,10 +134,8 @@ pub fn reference_attention_with(window: usize, softcap: f32, dtype: KvDtype) -> 
             let q = &qkv[tok * width + h * hd..][..hd];
             let row = |j: usize, off: usize| -> Vec<f32> {
                 let r = &qkv[(starts[s as usize] + j) * width + off + g * hd..][..hd];
-                match dtype {
-                    KvDtype::F32 => r.to_vec(),
-                    KvDtype::F16 => r.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
-                }
+                // (head_dim 64: a head's row is whole q8_0 blocks.)
+                dtype.round_trip(r)
             };
             let lo = if window > 0 {
                 (p as usize + 1).saturating_sub(window)

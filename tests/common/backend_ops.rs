@@ -533,6 +533,21 @@ pub fn op_cases<B: Backend>() -> Vec<OpCase<B>> {
         |b: &B| run_attention_with(b, 6, 0.0, KvDtype::F16, true),
         || reference_attention_with(6, 0.0, KvDtype::F16),
     ));
+    // q8_0: the reference quantises each block of 32 as the writers do; a
+    // value on a rounding boundary may land one step (amax / 127) away where
+    // a backend's 127 / amax differs in the last bit, hence the tolerance.
+    cases.push(OpCase::new(
+        "cache_write + paged_attention, q8_0 cache".into(),
+        2e-3,
+        |b: &B| run_attention_with(b, 0, 0.0, KvDtype::Q8_0, false),
+        || reference_attention_with(0, 0.0, KvDtype::Q8_0),
+    ));
+    cases.push(OpCase::new(
+        "cache_write + paged_attention, q8_0 cache from kv_cache, window 6, soft-cap 0.5".into(),
+        2e-3,
+        |b: &B| run_attention_with(b, 6, 0.5, KvDtype::Q8_0, true),
+        || reference_attention_with(6, 0.5, KvDtype::Q8_0),
+    ));
     cases.push(OpCase::new(
         "cache_write + paged_attention, f32 cache from kv_cache".into(),
         1e-4,

@@ -297,6 +297,12 @@ impl Backend for CudaBackend {
         t: u32,
     ) -> Result<(), CudaError> {
         check_rows(t, "cache_write")?;
+        if !kv_width.is_multiple_of(dtype.row_multiple()) {
+            return Err(CudaError::Limit(format!(
+                "a {dtype} KV cache holds rows of whole multiples of {} values: kv_width {kv_width} is not one",
+                dtype.row_multiple()
+            )));
+        }
         let args = [
             Ptr(qkv.buf.ptr()),
             Ptr(slot_mapping.ptr()),
@@ -307,7 +313,7 @@ impl Backend for CudaBackend {
             U32(qkv.stride),
             U32(k_off),
             U32(v_off),
-            U32(u32::from(dtype == KvDtype::F16)),
+            U32(kv_dtype_code(dtype)),
         ];
         self.launch("cache_write", (kv_width.div_ceil(256), t, 1), 256, &args)
     }
@@ -347,7 +353,7 @@ impl Backend for CudaBackend {
             F32(kv.scale),
             U32(kv.window),
             F32(kv.softcap),
-            U32(u32::from(kv.dtype == KvDtype::F16)),
+            U32(kv_dtype_code(kv.dtype)),
         ];
         self.launch("paged_attention", (heads, t, 1), 256, &args)
     }
@@ -380,4 +386,13 @@ pub fn check_heads(head_dim: u32, heads: u32, kv_heads: u32) -> Result<(), CudaE
         )));
     }
     Ok(())
+}
+
+/// A KV cache dtype as the kernels name it (shaders/cuda/common.cuh's KV_*).
+fn kv_dtype_code(dtype: KvDtype) -> u32 {
+    match dtype {
+        KvDtype::F32 => 0,
+        KvDtype::F16 => 1,
+        KvDtype::Q8_0 => 2,
+    }
 }

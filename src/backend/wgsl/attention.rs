@@ -35,6 +35,8 @@ pub struct AttentionVariant {
     /// The cache holds halves (an rg32uint texture, or a buffer, of packed
     /// pairs read with `unpack2x16float`).
     pub f16: bool,
+    /// A q8_0 cache (a buffer: int8 values, then a scale per block of 32).
+    pub q8: bool,
     /// Scores are soft-capped (`Params.softcap`); without it a score is q·k · scale
     /// and no per-key branch is emitted (a 512-token prefill's attention ran
     /// 314 ms against 256 ms with the branch on every key, `wllm profile`).
@@ -58,6 +60,7 @@ pub fn source(v: AttentionVariant) -> Result<String, GpuError> {
                 tile => v.qt > 1,
                 kv_tex => v.kv_tex,
                 f16 => v.f16,
+                q8 => v.q8,
                 kv_texel => texel(v),
                 window => v.window,
                 softcap => v.softcap,
@@ -74,6 +77,7 @@ pub fn source(v: AttentionVariant) -> Result<String, GpuError> {
             qt => v.qt,
             kv_tex => v.kv_tex,
             f16 => v.f16,
+            q8 => v.q8,
             kv_texel => texel(v),
             window => v.window,
             softcap => v.softcap,

@@ -38,8 +38,13 @@ impl Kernels {
                 RenderedKernel { file, source }
             })
             .collect();
-        for tex in [false, true] {
-            for dtype in [KvDtype::F32, KvDtype::F16] {
+        // (q8_0 caches are buffers only.)
+        for (tex, dtype) in [(false, KvDtype::Q8_0)].into_iter().chain(
+            [false, true]
+                .into_iter()
+                .flat_map(|t| [(t, KvDtype::F32), (t, KvDtype::F16)]),
+        ) {
+            {
                 let (name, source) = super::cache_write_source(tex, dtype)?;
                 out.push(RenderedKernel {
                     file: format!("{name}.wgsl"),
@@ -271,11 +276,12 @@ mod tests {
             (80, 8, 2, 2),
             (256, 8, 1, 3),
         ] {
-            for (kv_tex, subgroups, f16) in [
-                (false, false, false),
-                (false, false, true),
-                (true, false, false),
-                (true, true, true),
+            for (kv_tex, subgroups, f16, q8) in [
+                (false, false, false, false),
+                (false, false, true, false),
+                (false, true, false, true),
+                (true, false, false, false),
+                (true, true, true, false),
             ] {
                 let v = AttentionVariant {
                     head_dim,
@@ -286,10 +292,12 @@ mod tests {
                     subgroups,
                     blocked: false,
                     f16,
+                    q8,
                     window: kv_tex,
                     softcap: subgroups,
                 };
                 let src = attention::source(v).unwrap();
+                assert_eq!(src.contains("fn q8x4"), q8, "{v:?}");
                 assert_eq!(src.contains("textureLoad(k_tex"), kv_tex, "{v:?}");
                 assert_eq!(src.contains("unpack2x16float"), f16, "{v:?}");
                 assert_eq!(src.contains("rg32uint"), f16 && kv_tex, "{v:?}");
@@ -307,7 +315,8 @@ mod tests {
                     kv_tex,
                     subgroups: true,
                     blocked: true,
-                    f16: qt == 1,
+                    f16: qt == 1 && kv_tex,
+                    q8: qt == 1 && !kv_tex,
                     window: qt > 1,
                     softcap: kv_tex,
                 };
@@ -325,6 +334,7 @@ mod tests {
                 subgroups: false,
                 blocked: true,
                 f16: false,
+                q8: false,
                 window: false,
                 softcap: false,
             };

@@ -395,7 +395,8 @@ impl Kernels {
                 );
             }
         }
-        let halves_in_buffer = kv_tex.is_none() && kv.dtype == KvDtype::F16;
+        // Halves or q8_0 blocks in a buffer: the epilogue writes y only.
+        let halves_in_buffer = kv_tex.is_none() && kv.dtype != KvDtype::F32;
         let ep = Epilogue::Rope {
             rope,
             kv,
@@ -500,7 +501,9 @@ impl Kernels {
             None => Bound::Buf(BufSlice::whole(x.buf)),
         };
         v.kv_tex = matches!(ep, Epilogue::Rope { kv_tex: Some(_), .. });
-        v.kv_f16 = matches!(ep, Epilogue::Rope { kv, .. } if kv.dtype == KvDtype::F16);
+        // (Textures are f32 or f16; in a buffer `kv_f16` means "not f32": the
+        // epilogue leaves the cache to cache_write.)
+        v.kv_f16 = matches!(ep, Epilogue::Rope { kv, .. } if kv.dtype != KvDtype::F32);
         // Each pass: its rows r0..end, row tile, column tile and kernel.
         let kernels = passes
             .iter()

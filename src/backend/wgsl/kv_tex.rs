@@ -17,7 +17,7 @@
 //! `s % SLOTS_PER_LAYER` of layer `s / SLOTS_PER_LAYER`, its `width / 4`
 //! texels the K (or V) row of that token (kv_heads · head_dim values).
 //! Where the adapter cannot bind rg32uint storage textures an f16 cache is a
-//! buffer of packed halves instead. Ops bind a view of only the layers that hold the step's `kv_rows`
+//! buffer of packed halves instead; a q8_0 cache is always a buffer. Ops bind a view of only the layers that hold the step's `kv_rows`
 //! (as buffers bind only the used prefix), so wgpu zero-fills, and the driver
 //! touches, only the part of the pool in use.
 
@@ -92,7 +92,7 @@ impl KvTexture {
         });
         Bound::Tex {
             view: view.clone(),
-            bytes: u64::from(layers) * u64::from(SLOTS_PER_LAYER) * u64::from(self.width) * self.dtype.bytes(),
+            bytes: u64::from(layers) * u64::from(SLOTS_PER_LAYER) * self.dtype.row_bytes(u64::from(self.width)),
         }
     }
 }
@@ -101,7 +101,8 @@ impl KvTexture {
 fn texel_format(dtype: KvDtype) -> wgpu::TextureFormat {
     match dtype {
         KvDtype::F32 => wgpu::TextureFormat::Rgba32Float,
-        KvDtype::F16 => wgpu::TextureFormat::Rg32Uint,
+        // (q8_0 caches are buffers: never a texture, see `new_kv_cache`.)
+        KvDtype::F16 | KvDtype::Q8_0 => wgpu::TextureFormat::Rg32Uint,
     }
 }
 
@@ -109,14 +110,14 @@ fn texel_format(dtype: KvDtype) -> wgpu::TextureFormat {
 pub(crate) fn store_binding(dtype: KvDtype) -> Binding {
     match dtype {
         KvDtype::F32 => Binding::StoreF32Array,
-        KvDtype::F16 => Binding::StoreRg32UintArray,
+        KvDtype::F16 | KvDtype::Q8_0 => Binding::StoreRg32UintArray,
     }
 }
 
 pub(crate) fn load_binding(dtype: KvDtype) -> Binding {
     match dtype {
         KvDtype::F32 => Binding::LoadRgba32FloatArray,
-        KvDtype::F16 => Binding::LoadRg32UintArray,
+        KvDtype::F16 | KvDtype::Q8_0 => Binding::LoadRg32UintArray,
     }
 }
 
@@ -130,7 +131,8 @@ impl super::Kernels {
     /// adapters, where it fits, a 16-byte placeholder buffer standing for a
     /// texture (see the module's doc); else a zeroed buffer (f16: packed halves).
     pub(crate) fn new_kv_cache(&self, rows: u64, width: u32, dtype: KvDtype) -> wgpu::Buffer {
-        let tex_ok = dtype == KvDtype::F32 || self.ctx.f16_storage_textures;
+        // q8_0 rows (int8 values, then a scale per 32) stay buffers.
+        let tex_ok = dtype == KvDtype::F32 || (dtype == KvDtype::F16 && self.ctx.f16_storage_textures);
         if self.cpu_shapes && tex_ok && KvTexture::fits(&self.ctx.limits, rows, width) {
             let handle = self.scratch(16);
             let tex = KvTexture::new(&self.ctx.device, rows, width, dtype);
@@ -140,7 +142,7 @@ impl super::Kernels {
                 .insert(handle.clone(), tex);
             return handle;
         }
-        self.scratch(rows * u64::from(width) * dtype.bytes())
+        self.scratch(rows * dtype.row_bytes(u64::from(width)))
     }
 
     /// The K and V textures (views of the layers holding slots 0..rows) where
@@ -181,7 +183,7 @@ impl super::Kernels {
         width: u32,
         dtype: KvDtype,
     ) -> Result<Vec<f32>, GpuError> {
-        let row_bytes = u64::from(width) * dtype.bytes();
+        let row_bytes = dtype.row_bytes(u64::from(width));
         let copied = {
             let map = self.kv_tex.lock().unwrap_or_else(|e| e.into_inner());
             match map.get(cache) {
@@ -234,6 +236,13 @@ impl super::Kernels {
                     row.chunks_exact(2)
                         .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()),
                 ),
+                KvDtype::Q8_0 => {
+                    let (q, d) = row.split_at(width as usize);
+                    out.extend(q.iter().enumerate().map(|(i, &b)| {
+                        let s = &d[i / 32 * 4..i / 32 * 4 + 4];
+                        f32::from(b as i8) * f32::from_le_bytes([s[0], s[1], s[2], s[3]])
+                    }));
+                }
             }
         }
         Ok(out)
@@ -250,6 +259,6 @@ pub(crate) fn kv_prefix(buf: &wgpu::Buffer, rows: u32, row_bytes: u64) -> BufSli
 
 /// The K and V caches' used prefixes (`kv_prefix` of both, rows of kv_heads · head_dim values).
 pub(crate) fn kv_caches(kv: &super::PagedKv) -> [BufSlice; 2] {
-    let row_bytes = u64::from(kv.kv_heads * kv.head_dim) * kv.dtype.bytes();
+    let row_bytes = kv.dtype.row_bytes(u64::from(kv.kv_heads * kv.head_dim));
     [kv.k_cache, kv.v_cache].map(|c| kv_prefix(c, kv.kv_rows, row_bytes))
 }

@@ -341,6 +341,7 @@ impl Kernels {
             subgroups,
             blocked,
             f16: false,
+            q8: false,
             window: false,
             softcap: false,
         }
@@ -351,7 +352,13 @@ impl Kernels {
             let kv = if v.kv_tex { "_kvtex" } else { "" };
             let sg = if v.subgroups { "_sg" } else { "" };
             let blk = if v.blocked { "_blocked" } else { "" };
-            let half = if v.f16 { "_f16" } else { "" };
+            let half = if v.f16 {
+                "_f16"
+            } else if v.q8 {
+                "_q8_0"
+            } else {
+                ""
+            };
             let name = format!(
                 "paged_attention_{}x{}x{}x{}{kv}{sg}{blk}{half}",
                 v.head_dim, v.w, v.g, v.qt
@@ -374,7 +381,11 @@ pub(crate) fn cache_write_source(tex: bool, dtype: KvDtype) -> Result<(String, S
     let file = if tex { "cache_write_tex" } else { "cache_write" };
     let src = templates::render(
         &format!("{file}.wgsl"),
-        minijinja::context! { f16 => dtype == KvDtype::F16, kv_texel => kv_tex::wgsl_texel(dtype) },
+        minijinja::context! {
+            f16 => dtype == KvDtype::F16,
+            q8 => dtype == KvDtype::Q8_0,
+            kv_texel => kv_tex::wgsl_texel(dtype),
+        },
     )?;
     Ok((format!("{file}_{dtype}"), src))
 }

@@ -468,21 +468,22 @@ impl Backend for Kernels {
             );
             return Ok(());
         }
-        if dtype == KvDtype::F16 && !kv_width.is_multiple_of(2) {
+        if !kv_width.is_multiple_of(dtype.row_multiple()) {
             return Err(GpuError::Limit(format!(
-                "an f16 KV cache packs values in pairs: kv_width {kv_width} is odd"
+                "a {dtype} KV cache holds rows of whole multiples of {} values: kv_width {kv_width} is not one",
+                dtype.row_multiple()
             )));
         }
         let p = [t, kv_width, qkv.stride, k_off + qkv.off, v_off + qkv.off, 0, 0, 0];
-        let row_bytes = u64::from(kv_width) * dtype.bytes();
+        let row_bytes = dtype.row_bytes(u64::from(kv_width));
         let bufs = [
             BufSlice::whole(qkv.buf),
             BufSlice::whole(slot_mapping),
             kv_prefix(k_cache, kv_rows, row_bytes),
             kv_prefix(v_cache, kv_rows, row_bytes),
         ];
-        // One invocation an element (f32) or a pair of halves (f16).
-        let per = if dtype == KvDtype::F16 { 2 } else { 1 };
+        // One invocation an element (f32), a pair of halves (f16) or a block (q8_0).
+        let per = dtype.row_multiple();
         enc.dispatch(
             &self.cache_write_kernel(false, dtype)?,
             bytemuck::cast_slice(&p),
@@ -509,6 +510,7 @@ impl Backend for Kernels {
         };
         v.kv_tex = matches!(kv_bound[0], Bound::Tex { .. });
         v.f16 = kv.dtype == KvDtype::F16;
+        v.q8 = kv.dtype == KvDtype::Q8_0;
         v.window = kv.window > 0;
         v.softcap = kv.softcap > 0.0;
         let kernel = self.attention_kernel(v)?;
