@@ -13,7 +13,9 @@
 //! turn, three rounds, and each keeps its fastest. A dequant roof kernel that reads faster than the read
 //! kernels raises the read roof, as a GEMV does. `WLLM_BENCH_FORMATS` (e.g.
 //! `Q4_1,F16`) and `WLLM_BENCH_SHAPES` (`quick`, or `576x49152,1536x576`)
-//! narrow the run. Then `paged_attention` with the default model's heads
+//! narrow the run; `WLLM_BENCH_GPU_SHAPES=1` times the GPU kernels (storage
+//! buffers) on a CPU adapter. A type with a narrow layout is timed in it and
+//! widened. Then `paged_attention` with the default model's heads
 //! (`kernels/attention.rs`): one-row decodes at 128, 1024 and 4096 tokens of
 //! context and a 512-token prefill chunk, GB/s and GFLOP/s against the same
 //! roofs.
@@ -44,7 +46,12 @@ fn main() {
     let tiles = std::env::var("WLLM_GEMM_TILES")
         .ok()
         .map(|s| s.parse().unwrap_or_else(|e| panic!("WLLM_GEMM_TILES: {e}")));
-    let ks = Kernels::with_tiles(&ctx, tiles).unwrap_or_else(|e| panic!("{e}"));
+    let mut ks = Kernels::with_tiles(&ctx, tiles).unwrap_or_else(|e| panic!("{e}"));
+    // WLLM_BENCH_GPU_SHAPES=1: the GPU kernels (storage buffers) on any adapter.
+    if std::env::var("WLLM_BENCH_GPU_SHAPES").is_ok_and(|v| v == "1") {
+        ks.use_gpu_shapes();
+    }
+    let ks = ks;
     println!("adapter: {}", ctx.describe());
 
     // The roofs, measured in this run: the best of several read kernels and
@@ -93,62 +100,81 @@ fn main() {
                     .map(|i| if i % 2 == 1 { 0x10 } else { rng.random() })
                     .collect()
             };
-            let rp = quant::repack(format, &stored, n, k).expect("repack");
-            let layout_bytes = rp.data.len() + rp.scales.len();
-            let w = GpuWeight::upload(&ctx, &rp, "bench");
-            ks.prepare_gemm(&w).expect("prepare");
-            let x = buffer(&ks, 128 * k * 4);
-            let y = buffer(&ks, 128 * n * 4);
-            let reps = decode_reps.unwrap_or(if n > 10000 { 5 } else { 30 });
-            // The prefill in the row tile the engine's warm-up would choose
-            // (`RowTileChoice::time_caps`: each cap timed twice in turn, the
-            // fastest kept; every tile gives the same bits), or the tiles'
-            // own where there is no choice (one cap, or tiles given). No
-            // prefill with WLLM_BENCH_DECODE_REPS.
-            let prefill_s = || {
-                roofs::time_reps(&ctx, 2.max(reps / 10), |enc| {
-                    ks.gemm(enc, &w, Rows::new(&x, k), Rows::new(&y, n), 128)
-                })
-                .expect("gemm")
-            };
-            let (mut pre, mut tile) = (f64::INFINITY, 0);
-            if decode_reps.is_none() {
-                let caps = ks.row_tile_caps(format);
-                let (_, choice) = RowTileChoice::time_caps(&caps, 128, |cap| {
-                    ks.set_row_tile_cap(cap);
-                    Ok::<_, Infallible>(Some(prefill_s() * 1e3))
-                })
-                .unwrap_or_else(|e| match e {});
-                ks.set_row_tile_cap(choice.as_ref().map_or(u32::MAX, |c| c.cap));
-                pre = choice.as_ref().map_or(f64::INFINITY, |c| c.chosen_ms() / 1e3);
-                tile = ks.row_tile(&w, 128);
+            // A type with a narrow layout is timed in it and widened (the
+            // wide layout's textures on CPU adapters), one after the other.
+            let narrow = quant::repack(format, &stored, n, k).expect("repack");
+            let mut held = vec![quant::planes::widen(&narrow)];
+            if narrow.format.is_narrow() {
+                held.insert(0, narrow);
             }
-            // Then the GEMV, its format's dequant roof on this weight (CPU
-            // adapters' textures) and the prefill in that tile in turn, three
-            // rounds, each the fastest of its rounds: all under the same
-            // drift of a shared machine, as the roofs are the best of theirs.
-            let roof = DequantRoof::new(&ks, &w).expect("dequant roof");
-            let (mut dec, mut dq) = (f64::INFINITY, None::<f64>);
-            for _ in 0..3 {
-                let s = roofs::time_reps(&ctx, reps, |enc| {
-                    ks.gemm(enc, &w, Rows::new(&x, k), Rows::new(&y, n), 1)
-                })
-                .expect("gemm");
-                dec = dec.min(s);
-                if let Some(roof) = &roof {
-                    let r = roof.seconds(reps).expect("dequant roof");
-                    dq = Some(dq.map_or(r, |d| d.min(r)));
-                }
+            for rp in held {
+                let layout_bytes = rp.data.len() + rp.scales.len();
+                let w = GpuWeight::upload(&ctx, &rp, "bench");
+                ks.prepare_gemm(&w).expect("prepare");
+                let x = buffer(&ks, 128 * k * 4);
+                let y = buffer(&ks, 128 * n * 4);
+                let reps = decode_reps.unwrap_or(if n > 10000 { 5 } else { 30 });
+                // The prefill in the row tile the engine's warm-up would choose
+                // (`RowTileChoice::time_caps`: each cap timed twice in turn, the
+                // fastest kept; every tile gives the same bits), or the tiles'
+                // own where there is no choice (one cap, or tiles given). No
+                // prefill with WLLM_BENCH_DECODE_REPS.
+                let prefill_s = || {
+                    roofs::time_reps(&ctx, 2.max(reps / 10), |enc| {
+                        ks.gemm(enc, &w, Rows::new(&x, k), Rows::new(&y, n), 128)
+                    })
+                    .expect("gemm")
+                };
+                let (mut pre, mut tile) = (f64::INFINITY, 0);
                 if decode_reps.is_none() {
-                    pre = pre.min(prefill_s());
+                    let caps = ks.row_tile_caps(format);
+                    let (_, choice) = RowTileChoice::time_caps(&caps, 128, |cap| {
+                        ks.set_row_tile_cap(cap);
+                        Ok::<_, Infallible>(Some(prefill_s() * 1e3))
+                    })
+                    .unwrap_or_else(|e| match e {});
+                    ks.set_row_tile_cap(choice.as_ref().map_or(u32::MAX, |c| c.cap));
+                    pre = choice.as_ref().map_or(f64::INFINITY, |c| c.chosen_ms() / 1e3);
+                    tile = ks.row_tile(&w, 128);
                 }
+                // Then the GEMV, its format's dequant roof on this weight (CPU
+                // adapters' textures) and the prefill in that tile in turn, three
+                // rounds, each the fastest of its rounds: all under the same
+                // drift of a shared machine, as the roofs are the best of theirs.
+                let roof = DequantRoof::new(&ks, &w).expect("dequant roof");
+                let (mut dec, mut dq) = (f64::INFINITY, None::<f64>);
+                for _ in 0..3 {
+                    let s = roofs::time_reps(&ctx, reps, |enc| {
+                        ks.gemm(enc, &w, Rows::new(&x, k), Rows::new(&y, n), 1)
+                    })
+                    .expect("gemm");
+                    dec = dec.min(s);
+                    if let Some(roof) = &roof {
+                        let r = roof.seconds(reps).expect("dequant roof");
+                        dq = Some(dq.map_or(r, |d| d.min(r)));
+                    }
+                    if decode_reps.is_none() {
+                        pre = pre.min(prefill_s());
+                    }
+                }
+                ks.set_row_tile_cap(u32::MAX);
+                let gbs = layout_bytes as f64 / dec / 1e9;
+                let weights = (n * k) as f64 / dec / 1e9;
+                let gflops = 2.0 * 128.0 * (n * k) as f64 / pre / 1e9;
+                let dq_weights = dq.map(|s| (n * k) as f64 / s / 1e9);
+                rows.push((
+                    format,
+                    rp.format,
+                    k,
+                    n,
+                    gbs,
+                    weights,
+                    gflops,
+                    tile,
+                    layout_bytes,
+                    dq_weights,
+                ));
             }
-            ks.set_row_tile_cap(u32::MAX);
-            let gbs = layout_bytes as f64 / dec / 1e9;
-            let weights = (n * k) as f64 / dec / 1e9;
-            let gflops = 2.0 * 128.0 * (n * k) as f64 / pre / 1e9;
-            let dq_weights = dq.map(|s| (n * k) as f64 / s / 1e9);
-            rows.push((format, k, n, gbs, weights, gflops, tile, layout_bytes, dq_weights));
         }
     }
     let attention_rows = if decode_reps.is_none() {
@@ -171,14 +197,14 @@ fn main() {
     // than the read kernels sets the read roof.
     let best_gemv = rows
         .iter()
-        .map(|r| r.3.max(r.8.map_or(0.0, |d| d * r.7 as f64 / (r.2 * r.1) as f64)))
+        .map(|r| r.4.max(r.9.map_or(0.0, |d| d * r.8 as f64 / (r.3 * r.2) as f64)))
         .fold(0.0f64, f64::max);
     let read_roof = roof_at_least(read_measured, best_gemv, || {
         format!(
             "a GEMV (or its dequant roof kernel) read {best_gemv:.2} GB/s, above the read kernels' {read_measured:.2}: that is the read roof below"
         )
     });
-    let best_gemm = rows.iter().map(|r| r.5).fold(0.0f64, f64::max);
+    let best_gemm = rows.iter().map(|r| r.6).fold(0.0f64, f64::max);
     let fma_roof = roof_at_least(fma_measured, best_gemm, || {
         format!(
             "a GEMM reached {best_gemm:.1} GFLOP/s, above the FMA kernel's {fma_measured:.1}: that is the FMA roof below"
@@ -192,7 +218,7 @@ fn main() {
         "| type (layout) | K→N | decode GB/s | % read roof | % read roof at best with a launch | decode G weights/s | dequant roof G weights/s (GB/s, % read roof) | % dequant roof | prefill T=128 GFLOP/s (row tile) | % FMA roof |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
-    for (format, k, n, gbs, weights, gflops, tile, bytes, dq) in rows {
+    for (format, layout, k, n, gbs, weights, gflops, tile, bytes, dq) in rows {
         let at_roof = bytes as f64 / (read_roof * 1e9);
         // The dequant roof's rate in the GEMV's bytes, and its share of the read roof.
         let (dq_roof, dq_share) = match dq {
@@ -206,8 +232,7 @@ fn main() {
             None => ("–".into(), "–".into()),
         };
         println!(
-            "| {format:?} ({:?}) | {k}→{n} | {gbs:.2} | {:.0} % | {:.0} % | {weights:.2} | {dq_roof} | {dq_share} | {gflops:.1} ({tile}) | {:.0} % |",
-            format.layout(),
+            "| {format:?} ({layout:?}) | {k}→{n} | {gbs:.2} | {:.0} % | {:.0} % | {weights:.2} | {dq_roof} | {dq_share} | {gflops:.1} ({tile}) | {:.0} % |",
             100.0 * gbs / read_roof,
             100.0 * at_roof / (at_roof + launch),
             100.0 * gflops / fma_roof

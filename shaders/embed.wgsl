@@ -47,7 +47,7 @@ fn put8(o: u32, k: u32, v: F8) {
 {% if tex %}
 {{ weights.tex_bindings(format, 2, scale_texel) -}}
 {% else %}
-{{ weights.bindings(format, 2) -}}
+{{ weights.bindings(load, 2) -}}
 {% endif %}
 @group(0) @binding({{ 4 if quantized else 3 }}) var<storage, read_write> out: array<f32>;
 @compute @workgroup_size(64)
@@ -77,7 +77,7 @@ let dp = textureLoad(s_tex, vec2<u32>(col, g * p.scale_units + c / 2u));
 {% elif tex %}
 {{ weights.load_block_tex(format, 0, "x0", "x1", "y", "vec2<u32>(col, g * p.scale_units + c)") -}}
 {% else %}
-{{ weights.load_block(format, 0, "row * p.chunks + c") -}}
+{{ weights.load_block(load, 0, "row * p.chunks + c") -}}
 {% endif %}
   {% for sub in range(4) %}
     {% if format == "Q8_16" %}

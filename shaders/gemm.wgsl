@@ -129,7 +129,7 @@ vec4<f32>(xs(r, k + 4u), xs(r, k + 5u), xs(r, k + 6u), xs(r, k + 7u))); }
 {% if w_tex %}
 {{ weights.tex_bindings(format, 2, scale_texel) -}}
 {% else %}
-{{ weights.bindings(format, 2) -}}
+{{ weights.bindings(load, 2) -}}
 {% endif %}
 @group(0) @binding({{ 4 if quantized else 3 }}) var<storage, read_write> y: array<f32>;
 {% if rope %}
@@ -386,7 +386,7 @@ xs{{ i }} = 0.0;
     {% if w_tex %}
 {{ weights.load_block_lanes(format, j, wl, wg, parts, pairs, half, pair_steps) -}}
     {% else %}
-{{ weights.load_block(format, j, "c" ~ j ~ " * p.chunks + b") -}}
+{{ weights.load_block(load, j, "c" ~ j ~ " * p.chunks + b") -}}
     {% endif %}
     {% for i in range(tm) %}
 var s{{ i }} = 0.0;

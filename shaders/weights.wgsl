@@ -79,6 +79,28 @@ fn q4m_hi(u: u32) -> vec4<f32> {
     return vec4<f32>(f32(bitcast<i32>(u & 0xf0u)), f32(bitcast<i32>(u & 0xf000u)),
                      f32(bitcast<i32>(u & 0xf00000u)), f32(u >> 28u));
 }
+// The narrow layouts (src/quant/planes.rs): bit planes rebuilt into the
+// wide layouts' words, four elements a word, one a byte. Nibble plane: low
+// nibbles of elements 0..15, high ones of 16..31; 2-bit plane word: elements
+// 4g..4g+3 at shift 2g; 1-bit plane: elements 4g..4g+3 at shift g.
+fn pl_nib_lo(n: vec4<u32>) -> vec4<u32> { return n & vec4<u32>(0x0f0f0f0fu); }
+fn pl_nib_hi(n: vec4<u32>) -> vec4<u32> { return (n >> vec4<u32>(4u)) & vec4<u32>(0x0f0f0f0fu); }
+fn pl_b2(p: u32) -> vec4<u32> { return (vec4<u32>(p) >> vec4<u32>(0u, 2u, 4u, 6u)) & vec4<u32>(0x03030303u); }
+fn pl_b1(h: u32, g0: u32) -> vec4<u32> {
+    return (vec4<u32>(h) >> (vec4<u32>(0u, 1u, 2u, 3u) + vec4<u32>(g0))) & vec4<u32>(0x01010101u);
+}
+// Each byte sign-extended from its top value bit `top` (a byte mask):
+// `fill` · top sets the bits above it, within the byte (no carry).
+fn pl_sext(x: vec4<u32>, top: u32, fill: u32) -> vec4<u32> { return x | ((x & vec4<u32>(top)) * fill); }
+// A half's bits (the low 16 of h) as f32, exactly, in integer ops (no
+// driver's f16 conversion, which may flush subnormals): subnormals are
+// m · 2^-24, normal in f32.
+fn pl_h2f(h: u32) -> f32 {
+    let s = (h & 0x8000u) << 16u; let e = (h >> 10u) & 31u; let m = h & 0x3ffu;
+    if (e == 0u) { return bitcast<f32>(s | bitcast<u32>(f32(m) * 5.9604644775390625e-8)); }
+    if (e == 31u) { return bitcast<f32>(s | 0x7f800000u | (m << 13u)); }
+    return bitcast<f32>(s | ((e + 112u) << 23u) | (m << 13u));
+}
 {#
   Template side of the layouts above, for the kernels that include this file:
   `bindings` declares w (and scales) at `first` (and first + 1) with `load_w8`
@@ -94,6 +116,37 @@ fn load_w8(base: u32, c: u32) -> F8 { return F8(w[base + 2u * c], w[base + 2u * 
 {% elif format == "F16" or format == "Bf16" %}
 @group(0) @binding({{ first }}) var<storage, read> w: array<vec4<u32>>;
 fn load_w8(base: u32, c: u32) -> F8 { return dq_{{ format | lower }}(w[base + c]); }
+{% elif format in ["Q4_1P", "Q5_0P", "Q5_1P", "Q2_KP", "Q3_KP", "Q4_KP", "Q5_KP", "Q6_KP"] %}
+@group(0) @binding({{ first }}) var<storage, read> w: array<u32>;
+@group(0) @binding({{ first + 1 }}) var<storage, read> scales: array<{{ "f32" if format == "Q5_0P" else "u32" }}>;
+fn pl_w4(b: u32) -> vec4<u32> { return vec4<u32>(w[b], w[b + 1u], w[b + 2u], w[b + 3u]); }
+  {% if format == "Q4_1P" or format == "Q5_1P" %}
+// Block blk's f16 d (low half) and m (high half).
+fn pl_dm(blk: u32) -> vec2<f32> { let s = scales[blk]; return vec2<f32>(pl_h2f(s & 0xffffu), pl_h2f(s >> 16u)); }
+  {% elif format != "Q5_0P" %}
+// Block blk's two sub-scale bytes (halves, or scale and min) in the low 16
+// bits, and its super-block's d and dmin (6 words a super-block of 8 blocks).
+fn pl_super(blk: u32) -> vec2<f32> { let s = 6u * (blk / 8u); return vec2<f32>(bitcast<f32>(scales[s]), bitcast<f32>(scales[s + 1u])); }
+fn pl_subs(blk: u32) -> u32 { return scales[6u * (blk / 8u) + 2u + (blk % 8u) / 2u] >> (16u * (blk % 2u)); }
+  {% endif %}
+  {% if format == "Q6_KP" or format == "Q3_KP" %}
+// The mins are the stored dmin, 0.0 (a literal 0.0 would let the compiler
+// drop the `+ m` and with it the sign of a zero the wide layout gives).
+fn pl_factors(blk: u32) -> vec4<f32> {
+    let dd = pl_super(blk); let s = bitcast<i32>(pl_subs(blk));
+    return vec4<f32>(dd.x * f32(extractBits(s, 0u, 8u)), dd.y, dd.x * f32(extractBits(s, 8u, 8u)), dd.y);
+}
+  {% elif format == "Q2_KP" %}
+fn pl_factors(blk: u32) -> vec4<f32> {
+    let dd = pl_super(blk); let s = pl_subs(blk);
+    return vec4<f32>(dd.x * f32(s & 15u), -(dd.y * f32((s >> 4u) & 15u)), dd.x * f32((s >> 8u) & 15u), -(dd.y * f32((s >> 12u) & 15u)));
+}
+  {% elif format == "Q5_KP" or format == "Q4_KP" %}
+fn pl_factors(blk: u32) -> vec2<f32> {
+    let dd = pl_super(blk); let s = pl_subs(blk);
+    return vec2<f32>(dd.x * f32(s & 255u), -(dd.y * f32((s >> 8u) & 255u)));
+}
+  {% endif %}
 {% else %}
 @group(0) @binding({{ first }}) var<storage, read> w: array<vec4<u32>>;
 @group(0) @binding({{ first + 1 }}) var<storage, read> scales: array<{{ scale_type(format) }}>;
@@ -191,7 +244,40 @@ let dp{{ j }} = textureLoad(s_tex, vec2<u32>(wl + {{ j * wg }}u, wid.x * ((p.chu
 {% endif %}
 {% endmacro %}
 {% macro load_block(format, j, blk) %}
-{% if format == "Q8_0" or format == "Q8_16" %}
+{% if format == "Q5_0P" %}
+let nb{{ j }} = 5u * ({{ blk }}); let n{{ j }} = pl_w4(nb{{ j }}); let h{{ j }} = w[nb{{ j }} + 4u];
+let qa{{ j }} = pl_sext(pl_nib_lo(n{{ j }}) | (pl_b1(h{{ j }}, 0u) << vec4<u32>(4u)), 0x10101010u, 15u);
+let qb{{ j }} = pl_sext(pl_nib_hi(n{{ j }}) | (pl_b1(h{{ j }}, 4u) << vec4<u32>(4u)), 0x10101010u, 15u);
+let d{{ j }} = scales[{{ blk }}];
+{% elif format == "Q4_KP" %}
+let q{{ j }} = pl_w4(4u * ({{ blk }})); let d{{ j }} = pl_factors({{ blk }});
+{% elif format == "Q4_1P" %}
+let q{{ j }} = pl_w4(4u * ({{ blk }})); let d{{ j }} = pl_dm({{ blk }});
+{% elif format == "Q5_1P" %}
+let nb{{ j }} = 5u * ({{ blk }}); let n{{ j }} = pl_w4(nb{{ j }}); let h{{ j }} = w[nb{{ j }} + 4u];
+let qa{{ j }} = pl_nib_lo(n{{ j }}) | (pl_b1(h{{ j }}, 0u) << vec4<u32>(4u));
+let qb{{ j }} = pl_nib_hi(n{{ j }}) | (pl_b1(h{{ j }}, 4u) << vec4<u32>(4u));
+let f{{ j }} = pl_dm({{ blk }}); let d{{ j }} = vec4<f32>(f{{ j }}, f{{ j }});
+{% elif format == "Q5_KP" %}
+let nb{{ j }} = 5u * ({{ blk }}); let n{{ j }} = pl_w4(nb{{ j }}); let h{{ j }} = w[nb{{ j }} + 4u];
+let qa{{ j }} = pl_nib_lo(n{{ j }}) | (pl_b1(h{{ j }}, 0u) << vec4<u32>(4u));
+let qb{{ j }} = pl_nib_hi(n{{ j }}) | (pl_b1(h{{ j }}, 4u) << vec4<u32>(4u));
+let f{{ j }} = pl_factors({{ blk }}); let d{{ j }} = vec4<f32>(f{{ j }}, f{{ j }});
+{% elif format == "Q6_KP" %}
+let nb{{ j }} = 6u * ({{ blk }}); let n{{ j }} = pl_w4(nb{{ j }});
+let qa{{ j }} = pl_sext(pl_nib_lo(n{{ j }}) | (pl_b2(w[nb{{ j }} + 4u]) << vec4<u32>(4u)), 0x20202020u, 6u);
+let qb{{ j }} = pl_sext(pl_nib_hi(n{{ j }}) | (pl_b2(w[nb{{ j }} + 5u]) << vec4<u32>(4u)), 0x20202020u, 6u);
+let d{{ j }} = pl_factors({{ blk }});
+{% elif format == "Q3_KP" %}
+let nb{{ j }} = 3u * ({{ blk }}); let h{{ j }} = w[nb{{ j }} + 2u];
+let qa{{ j }} = pl_sext(pl_b2(w[nb{{ j }}]) | (pl_b1(h{{ j }}, 0u) << vec4<u32>(2u)), 0x04040404u, 63u);
+let qb{{ j }} = pl_sext(pl_b2(w[nb{{ j }} + 1u]) | (pl_b1(h{{ j }}, 4u) << vec4<u32>(2u)), 0x04040404u, 63u);
+let d{{ j }} = pl_factors({{ blk }});
+{% elif format == "Q2_KP" %}
+let nb{{ j }} = 2u * ({{ blk }});
+let qa{{ j }} = pl_b2(w[nb{{ j }}]); let qb{{ j }} = pl_b2(w[nb{{ j }} + 1u]);
+let d{{ j }} = pl_factors({{ blk }});
+{% elif format == "Q8_0" or format == "Q8_16" %}
 let qa{{ j }} = w[2u * ({{ blk }})]; let qb{{ j }} = w[2u * ({{ blk }}) + 1u]; let d{{ j }} = scales[{{ blk }}];
 {% else %}
 let q{{ j }} = w[{{ blk }}]; let d{{ j }} = scales[{{ blk }}];

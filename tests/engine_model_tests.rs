@@ -196,3 +196,69 @@ fn the_memory_plan_counts_what_the_engine_allocates() {
         assert_eq!(m.sizing, wllm::engine::KvSizing::Given);
     }
 }
+
+/// An error the device raises outside any op (out of memory as it
+/// allocates, or any other) fails what is running, with a message, where
+/// wgpu's default handler panicked the process: a step's readback fails
+/// with it, and so does an engine's load. Where the adapter reports a memory
+/// budget, a driver budget of 1 % for resource creation makes the load run
+/// out of memory for real, and the error names what to lower.
+#[test]
+fn errors_the_device_raises_fail_the_step_or_load_not_the_process() {
+    use wllm::config::PipelineCacheDir;
+    use wllm::gpu::{BufSlice, GpuContext, GpuOptions, StepEncoder};
+    let ctx = GpuContext::new(&GpuOptions {
+        pipeline_cache: PipelineCacheDir::Off,
+        ..Default::default()
+    })
+    .unwrap();
+    // A buffer no device may create (mappable for reading and storage): an
+    // uncaptured validation error.
+    let bad = || {
+        ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("invalid usages"),
+            size: 256,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        })
+    };
+    let ok = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("fine"),
+        size: 256,
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    let read = || StepEncoder::new(&ctx).submit_and_read(&[BufSlice::range(&ok, 0, 16)]);
+    read().expect("a clean device reads back");
+    let _b = bad();
+    let err = read().expect_err("the step after a device error fails");
+    assert!(err.to_string().contains("the GPU reported an error"), "{err}");
+    read().expect("the error is reported once; the next step runs");
+    let _b = bad();
+    let err = LlmEngine::with_context(&ctx, &config(4096, 512, 2048))
+        .err()
+        .expect("a load during which the device failed fails");
+    assert!(err.to_string().contains("loading the model"), "{err}");
+    match ctx.memory.and_then(|m| m.available) {
+        Some(_) => {
+            let tight = GpuContext::new(&GpuOptions {
+                pipeline_cache: PipelineCacheDir::Off,
+                memory_budget_threshold: Some(1),
+                ..Default::default()
+            })
+            .unwrap();
+            let err = LlmEngine::with_context(&tight, &config(4096, 512, 2048))
+                .err()
+                .expect("the load must fail on a device that cannot hold the weights");
+            let msg = err.to_string();
+            assert!(
+                msg.contains("ran out of memory") && msg.contains("--kv-cache-memory"),
+                "{msg}"
+            );
+        }
+        None => eprintln!(
+            "{}: reports no memory budget (VK_EXT_memory_budget), so no budget threshold can make it run out",
+            ctx.describe()
+        ),
+    }
+}

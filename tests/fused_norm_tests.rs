@@ -96,7 +96,7 @@ fn gemm_silu_mul_with_norm(ks: &Kernels) {
             rand_weight_bytes(&mut r, format, inter, k),
             rand_weight_bytes(&mut r, format, inter, k),
         );
-        let repack = |b: &[u8]| quant::repack(format, b, inter, k).unwrap();
+        let repack = |b: &[u8]| quant::repack_wide(format, b, inter, k).unwrap();
         let il = GpuWeight::upload(
             &ks.ctx,
             &Repacked::interleave_rows(&repack(&gb), &repack(&ub), "t").unwrap(),
@@ -177,7 +177,7 @@ fn gemm_rope_kv_with_norm(ks: &Kernels) {
         let mut r = rng(310 + ci as u64);
         let parts: Vec<Repacked> = [q_rows, kv_rows, kv_rows]
             .iter()
-            .map(|&n| quant::repack(format, &rand_weight_bytes(&mut r, format, n, k), n, k).unwrap())
+            .map(|&n| quant::repack_wide(format, &rand_weight_bytes(&mut r, format, n, k), n, k).unwrap())
             .collect();
         let hdu = hd as usize;
         let paired = [
@@ -310,7 +310,7 @@ fn a_norm_the_gemm_cannot_fuse_is_an_error_not_a_panic() {
     assert!(!gpu.fuses_norm(100), "but not of 100 floats");
     let (format, k, inter) = (WeightFormat::Q4_1, 576usize, 8usize);
     let mut r = rng(330);
-    let g = quant::repack(format, &rand_weight_bytes(&mut r, format, inter, k), inter, k).unwrap();
+    let g = quant::repack_wide(format, &rand_weight_bytes(&mut r, format, inter, k), inter, k).unwrap();
     let il = GpuWeight::upload(&gpu.ctx, &Repacked::interleave_rows(&g, &g, "t").unwrap(), "il");
     let (xb, gbuf, out) = (upload(&rand_vec(&mut r, k + 1)), upload(&vec![1.0f32; k]), zeros(inter));
     let mut enc = encoder();

@@ -71,7 +71,7 @@ fn check_gate_up(ks: &wllm::backend::wgsl::Kernels, formats: &[WeightFormat]) {
                 rand_weight_bytes(&mut r, format, inter, k),
                 rand_weight_bytes(&mut r, format, inter, k),
             );
-            let repack = |b: &[u8]| quant::repack(format, b, inter, k).unwrap();
+            let repack = |b: &[u8]| quant::repack_wide(format, b, inter, k).unwrap();
             let (g, u) = (repack(&gb), repack(&ub));
             let il = GpuWeight::upload(&ks.ctx, &Repacked::interleave_rows(&g, &u, "t").unwrap(), "il");
             let st = GpuWeight::upload(&ks.ctx, &Repacked::stack_rows(&[g, u], "t").unwrap(), "st");
@@ -126,8 +126,8 @@ fn gemm_silu_mul_row_alone_equals_row_in_a_batch() {
     let ks = kernels();
     let (format, k, inter, t) = (WeightFormat::Q4_1, 576usize, 70usize, 40usize);
     let mut r = rng(77);
-    let g = quant::repack(format, &rand_weight_bytes(&mut r, format, inter, k), inter, k).unwrap();
-    let u = quant::repack(format, &rand_weight_bytes(&mut r, format, inter, k), inter, k).unwrap();
+    let g = quant::repack_wide(format, &rand_weight_bytes(&mut r, format, inter, k), inter, k).unwrap();
+    let u = quant::repack_wide(format, &rand_weight_bytes(&mut r, format, inter, k), inter, k).unwrap();
     let il = GpuWeight::upload(&ks.ctx, &Repacked::interleave_rows(&g, &u, "t").unwrap(), "il");
     let x = rand_vec(&mut r, t * k);
     let (xb, batch) = (upload(&x), zeros(t * inter));
@@ -306,7 +306,7 @@ fn gemm_rope_kv_equals_gemm_then_rope_cache_write() {
             let mut r = rng(90 + fi as u64);
             let parts: Vec<Repacked> = [q_rows, kv_rows, kv_rows]
                 .iter()
-                .map(|&n| quant::repack(format, &rand_weight_bytes(&mut r, format, n, k), n, k).unwrap())
+                .map(|&n| quant::repack_wide(format, &rand_weight_bytes(&mut r, format, n, k), n, k).unwrap())
                 .collect();
             let plain = GpuWeight::upload(&ks.ctx, &Repacked::stack_rows(&parts, "t").unwrap(), "qkv");
             let hdu = hd as usize;

@@ -257,7 +257,7 @@ fn weights_held_as_textures_alone_read_as_buffers_do() {
         let units = if format.is_quantized() { k / 32 } else { k.div_ceil(8) };
         let mut r = rng(31);
         let bytes = rand_weight_bytes(&mut r, format, n, k);
-        let rp = wllm::quant::repack(format, &bytes, n, k).unwrap();
+        let rp = wllm::quant::repack_wide(format, &bytes, n, k).unwrap();
         let layout = TexLayout {
             tiles: GemmTiles::cpu(),
             max_rows: 2 * units as u32,

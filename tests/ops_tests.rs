@@ -249,7 +249,7 @@ fn embed_gathers_rows_in_every_format() {
             let cpu = quant::dequantize(format, &bytes, vocab, d).unwrap();
             let w = wllm::backend::wgsl::GpuWeight::upload(
                 &ks.ctx,
-                &quant::repack(format, &bytes, vocab, d).unwrap(),
+                &quant::repack_wide(format, &bytes, vocab, d).unwrap(),
                 "emb",
             );
             let ids = [0u32, 999, 17, 17, 500, 3, 250];

@@ -6,9 +6,9 @@
 mod common;
 
 use common::*;
-use wllm::backend::Backend;
 use wllm::backend::wgsl::{GpuWeight, Kernels, Rows};
-use wllm::quant::{self, WeightFormat};
+use wllm::backend::{Backend, FusedOps};
+use wllm::quant::{self, Repacked, WeightFormat};
 
 /// Equal values (+0 and -0 alike), or both NaN.
 fn same(a: f32, b: f32) -> bool {
@@ -113,4 +113,92 @@ fn misaligned_rows_and_sizes_are_refused() {
             .to_string();
         assert!(e.contains("multiple of 256"), "{format:?}: {e}");
     }
+}
+
+/// The narrow layouts (`quant::planes`) give the wide layouts' bits: the
+/// gemm at every row tile and the embedding gather over a narrow weight
+/// equal, element for element, the same over it widened (what files were
+/// read as before, and what backends without the narrow kernels get); and
+/// they take at most 1.15× the file's bytes.
+fn check_narrow_bits(ks: &Kernels, shapes: &str) {
+    let types = WeightFormat::STORED.into_iter().filter(|f| f.narrow().is_some());
+    for (fi, format) in types.enumerate() {
+        let (n, k) = (37usize, awkward_k(format));
+        let mut r = rng(500 + fi as u64);
+        let bytes = rand_weight_bytes(&mut r, format, n, k);
+        let narrow = quant::repack(format, &bytes, n, k).unwrap();
+        assert!(narrow.format.is_narrow(), "{format:?}");
+        let resident = (narrow.data.len() + narrow.scales.len()) as f64;
+        let ratio = resident / bytes.len() as f64;
+        assert!(
+            ratio <= 1.15,
+            "{format:?}: {resident} bytes resident for {} in the file",
+            bytes.len()
+        );
+        let wide = quant::planes::widen(&narrow);
+        let (wn, ww) = (
+            GpuWeight::upload(&ks.ctx, &narrow, "narrow"),
+            GpuWeight::upload(&ks.ctx, &wide, "wide"),
+        );
+        for t in [1usize, 3, 9, 17, 67] {
+            let x = rand_vec(&mut r, t * k);
+            let xb = upload(&x);
+            let (yn, yw) = (zeros(t * n), zeros(t * n));
+            let mut enc = encoder();
+            ks.gemm(&mut enc, &wn, Rows::new(&xb, k), Rows::new(&yn, n), t as u32)
+                .unwrap();
+            ks.gemm(&mut enc, &ww, Rows::new(&xb, k), Rows::new(&yw, n), t as u32)
+                .unwrap();
+            let got = run_read::<f32>(enc, &[(&yn, t * n), (&yw, t * n)]);
+            if let Some(i) = (0..t * n).find(|&i| got[0][i].to_bits() != got[1][i].to_bits()) {
+                panic!(
+                    "{shapes} gemm {format:?} T={t} element {i}: narrow {} wide {}",
+                    got[0][i], got[1][i]
+                );
+            }
+        }
+        // The silu·mul epilogue over gate and up interleaved, narrow against wide.
+        let up = quant::repack(format, &rand_weight_bytes(&mut r, format, n, k), n, k).unwrap();
+        let il = |a: &Repacked, b: &Repacked| {
+            GpuWeight::upload(&ks.ctx, &Repacked::interleave_rows(a, b, "gate/up").unwrap(), "il")
+        };
+        let (iln, ilw) = (il(&narrow, &up), il(&wide, &quant::planes::widen(&up)));
+        for t in [1usize, 9, 67] {
+            let x = rand_vec(&mut r, t * k);
+            let xb = upload(&x);
+            let (yn, yw) = (zeros(t * n), zeros(t * n));
+            let mut enc = encoder();
+            ks.gemm_silu_mul(&mut enc, &iln, Rows::new(&xb, k), None, Rows::new(&yn, n), t as u32)
+                .unwrap();
+            ks.gemm_silu_mul(&mut enc, &ilw, Rows::new(&xb, k), None, Rows::new(&yw, n), t as u32)
+                .unwrap();
+            let got = run_read::<f32>(enc, &[(&yn, t * n), (&yw, t * n)]);
+            if let Some(i) = (0..t * n).find(|&i| got[0][i].to_bits() != got[1][i].to_bits()) {
+                panic!(
+                    "{shapes} gemm_silu_mul {format:?} T={t} element {i}: narrow {} wide {}",
+                    got[0][i], got[1][i]
+                );
+            }
+        }
+        let ids = [0u32, 36, 5, 20];
+        let (ib, on, ow) = (upload(&ids), zeros(ids.len() * k), zeros(ids.len() * k));
+        let mut enc = encoder();
+        ks.embed(&mut enc, &wn, &ib, ids.len() as u32, &on).unwrap();
+        ks.embed(&mut enc, &ww, &ib, ids.len() as u32, &ow).unwrap();
+        let got = run_read::<f32>(enc, &[(&on, ids.len() * k), (&ow, ids.len() * k)]);
+        if let Some(i) = (0..got[0].len()).find(|&i| got[0][i].to_bits() != got[1][i].to_bits()) {
+            panic!(
+                "{shapes} embed {format:?} element {i}: narrow {} wide {}",
+                got[0][i], got[1][i]
+            );
+        }
+    }
+}
+
+#[test]
+fn narrow_layouts_give_the_wide_layouts_bits() {
+    check_narrow_bits(kernels(), "adapter shapes");
+    let mut ks = Kernels::new(&kernels().ctx).unwrap();
+    ks.use_gpu_shapes();
+    check_narrow_bits(&ks, "gpu shapes");
 }

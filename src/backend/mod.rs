@@ -212,6 +212,16 @@ pub trait Backend: Send + 'static {
     fn shares_host_memory(&self) -> bool {
         false
     }
+    /// An error the device raised outside any op since the last call (wgpu:
+    /// out of memory while allocating): the engine's load checks it.
+    fn take_device_error(&self) -> Option<Self::Error> {
+        None
+    }
+    /// Whether the gemm and embed read the narrow weight layouts
+    /// (`quant::planes`); where not, `upload_weight` widens them.
+    fn reads_narrow_weights(&self) -> bool {
+        false
+    }
 
     /// A zeroed buffer of `bytes`.
     fn zeros(&self, bytes: u64) -> Result<Self::Buffer, Self::Error>;

@@ -59,6 +59,16 @@ impl OpenBackend {
             Self::Cuda(c) => c.shares_host_memory(),
         }
     }
+
+    /// Whether it keeps weights in the narrow layouts (`Backend::reads_narrow_weights`).
+    pub fn reads_narrow_weights(&self) -> bool {
+        use super::Backend;
+        match self {
+            Self::Wgpu(k) => Backend::reads_narrow_weights(k.as_ref()),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(c) => c.reads_narrow_weights(),
+        }
+    }
 }
 
 /// The wgpu options a config asks for.
@@ -66,6 +76,7 @@ pub fn gpu_options(cfg: &EngineConfig) -> GpuOptions {
     GpuOptions {
         adapter: cfg.adapter.clone(),
         pipeline_cache: cfg.pipeline_cache.clone(),
+        memory_budget_threshold: None,
     }
 }
 

@@ -52,6 +52,7 @@ pub fn run(a: &InfoArgs) -> anyhow::Result<()> {
     let mut memory = wllm::LlmEngine::plan_memory(
         backend.device_memory(),
         backend.shares_host_memory(),
+        backend.reads_narrow_weights(),
         &files,
         &c,
         groups.len(),

@@ -87,6 +87,7 @@ impl LlmEngine {
     pub fn plan_memory(
         device: Option<crate::gpu::DeviceMemory>,
         cpu_adapter: bool,
+        narrow_weights: bool,
         files: &ModelFiles,
         model_config: &ModelConfig,
         kv_groups: usize,
@@ -96,7 +97,7 @@ impl LlmEngine {
             .max_model_len
             .unwrap_or(model_config.max_context)
             .min(model_config.max_context);
-        let weights = super::memory_plan::weight_bytes(files, model_config, context);
+        let weights = super::memory_plan::weight_bytes(files, model_config, context, narrow_weights);
         let activations = super::memory_plan::step_buffer_bytes(
             model_config,
             cfg.max_num_batched_tokens,
@@ -145,6 +146,7 @@ impl LlmEngine {
         let mut memory = Self::plan_memory(
             kernels.device_memory(),
             kernels.shares_host_memory(),
+            kernels.reads_narrow_weights(),
             &files,
             &model_config,
             kv_groups.len(),
@@ -196,6 +198,15 @@ impl LlmEngine {
             plan.num_blocks,
             plan.block_size,
         )?;
+        // A device that could not hold the weights or the pool (other
+        // programs' memory, a driver's budget) said so as it allocated them.
+        if let Some(e) = kernels.take_device_error() {
+            let e: crate::backend::BackendError = e.into();
+            return Err(EngineError::Config(format!(
+                "loading the model: {e} (the plan: {})",
+                memory.describe()
+            )));
+        }
         let runner = ModelRunner::new(
             kernels,
             model,

@@ -188,7 +188,7 @@ impl MemoryPlan {
 /// Resident bytes of a model's weights, from its tensor shapes: each matrix
 /// in its device layout (`quant::resident_bytes`), vectors (norms, biases)
 /// in f32, and a rope table of `positions` rows for each distinct rope base.
-pub fn weight_bytes(files: &ModelFiles, cfg: &ModelConfig, positions: usize) -> u64 {
+pub fn weight_bytes(files: &ModelFiles, cfg: &ModelConfig, positions: usize, narrow: bool) -> u64 {
     let tensors: u64 = files
         .tensor_shapes()
         .into_iter()
@@ -196,7 +196,7 @@ pub fn weight_bytes(files: &ModelFiles, cfg: &ModelConfig, positions: usize) -> 
             if rows <= 1 {
                 cols as u64 * 4
             } else {
-                crate::quant::resident_bytes(format, rows, cols)
+                crate::quant::resident_bytes(format, rows, cols, narrow)
             }
         })
         .sum();

@@ -29,6 +29,13 @@ pub enum GpuError {
     Shader { name: String, message: String },
     #[error("{0}")]
     Limit(String),
+    #[error(
+        "the GPU ran out of memory ({0}): free memory on it (other programs hold some), or start with a \
+         smaller --kv-cache-memory or --gpu-memory-utilization, fewer --max-num-seqs, or a smaller quantisation"
+    )]
+    OutOfMemory(String),
+    #[error("the GPU reported an error: {0}")]
+    Device(String),
 }
 
 impl PipelineCacheDir {
@@ -47,6 +54,10 @@ pub struct GpuOptions {
     /// Case-insensitive substring of the adapter name; `None`: the best adapter.
     pub adapter: Option<String>,
     pub pipeline_cache: PipelineCacheDir,
+    /// Fail resource creation beyond this percent of the memory budget the
+    /// driver reports (wgpu's `MemoryBudgetThresholds`; Vulkan), as an
+    /// out-of-memory error; `None`: as the driver fails it.
+    pub memory_budget_threshold: Option<u8>,
 }
 
 /// The opened device with what we learnt about it. Cheap to clone.
@@ -68,6 +79,10 @@ pub struct GpuContext {
     pub memory: Option<super::DeviceMemory>,
     cache_dir: Option<PathBuf>,
     pipelines: Arc<OnceLock<Arc<PipelineStore>>>,
+    /// The first error the device raised outside an error scope (wgpu's
+    /// default handler would panic): out of memory, or another; taken by the
+    /// next step's readback or the engine's load, which fail with it.
+    errors: Arc<Mutex<Option<(bool, String)>>>,
 }
 
 impl std::fmt::Debug for GpuContext {
@@ -137,6 +152,7 @@ impl GpuContext {
     async fn new_async(opts: &GpuOptions) -> Result<Self, GpuError> {
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
         desc.backends = wgpu::Backends::all();
+        desc.memory_budget_thresholds.for_resource_creation = opts.memory_budget_threshold;
         let instance = wgpu::Instance::new(desc);
         let mut adapters = instance.enumerate_adapters(wgpu::Backends::all()).await;
         let seen = adapters
@@ -202,7 +218,17 @@ impl GpuContext {
                 adapter: describe_info(&info),
                 source,
             })?;
+        let errors: Arc<Mutex<Option<(bool, String)>>> = Arc::default();
+        let sink = errors.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            let oom = matches!(e, wgpu::Error::OutOfMemory { .. });
+            let mut first = sink.lock().unwrap_or_else(|p| p.into_inner());
+            if first.is_none() {
+                *first = Some((oom, e.to_string()));
+            }
+        }));
         Ok(Self {
+            errors,
             device,
             queue,
             info: Arc::new(info),
@@ -213,6 +239,19 @@ impl GpuContext {
             memory,
             cache_dir: opts.pipeline_cache.resolve().map(|d| d.join("pipelines")),
             pipelines: Arc::default(),
+        })
+    }
+
+    /// The first error the device raised since the last call, if any
+    /// (out of memory: `GpuError::OutOfMemory`).
+    pub fn take_error(&self) -> Option<GpuError> {
+        let taken = self.errors.lock().unwrap_or_else(|p| p.into_inner()).take();
+        taken.map(|(oom, msg)| {
+            if oom {
+                GpuError::OutOfMemory(msg)
+            } else {
+                GpuError::Device(msg)
+            }
         })
     }
 

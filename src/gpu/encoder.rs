@@ -509,6 +509,10 @@ impl StepEncoder {
         ctx.device
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| GpuError::Readback(e.to_string()))?;
+        // A buffer this step could not get (out of memory) fails the step.
+        if let Some(e) = ctx.take_error() {
+            return Err(e);
+        }
         drop(tx);
         for (_, r) in rx.iter() {
             r.map_err(|e| GpuError::Readback(e.to_string()))?;

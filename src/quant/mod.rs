@@ -18,10 +18,18 @@
 //! Q3_K, Q2_K as Q8_16. The kernels thus read six quantised layouts while files
 //! may hold any of fourteen types; the cost is memory: Q8_16 takes 12 bits a
 //! weight on the GPU whatever the file's bits.
+//!
+//! The narrow layouts (`planes`, layouts only: `Q4_1P`, `Q5_0P`, `Q5_1P`,
+//! `Q2_KP` … `Q6_KP`) keep those types near their file size: bit planes of the quants
+//! and the file's own super-block scales, from which the kernels rebuild
+//! exactly the wide layout's values and f32 factors (same bits out).
+//! `repack` writes them; a backend that does not read them widens them at
+//! upload (`planes::widen`).
 
 pub mod blocks;
 pub mod kquants;
 pub mod mix;
+pub mod planes;
 pub mod quantize;
 
 use half::{bf16, f16};
@@ -47,6 +55,14 @@ pub enum WeightFormat {
     IQ4_NL,
     IQ4_XS,
     Q8_16,
+    Q4_1P,
+    Q5_0P,
+    Q5_1P,
+    Q2_KP,
+    Q3_KP,
+    Q4_KP,
+    Q5_KP,
+    Q6_KP,
 }
 
 /// A format the engine cannot read.
@@ -84,6 +100,18 @@ impl WeightFormat {
         Self::Q4_0,
         Self::Q4_1,
         Self::Q8_16,
+    ];
+
+    /// The narrow layouts (`planes`): read from storage buffers, by the wgpu backend.
+    pub const NARROW: [WeightFormat; 8] = [
+        Self::Q4_1P,
+        Self::Q5_0P,
+        Self::Q5_1P,
+        Self::Q2_KP,
+        Self::Q3_KP,
+        Self::Q4_KP,
+        Self::Q5_KP,
+        Self::Q6_KP,
     ];
 
     /// Every type a model file may hold.
@@ -164,6 +192,8 @@ impl WeightFormat {
             Self::Q6_K => (256, 210),
             Self::IQ4_XS => (256, 136),
             Self::Q8_16 => (32, 48),
+            // Narrow layouts: a block's data words, and its share of the scales.
+            f => (32, 4 * planes::data_words(f) + planes::scale_bytes_per_block(f)),
         }
     }
 
@@ -175,13 +205,56 @@ impl WeightFormat {
     pub fn scale_floats(self) -> usize {
         match self.layout() {
             Self::F32 | Self::F16 | Self::Bf16 => 0,
+            f if f.is_narrow() => 0,
             Self::Q4_1 => 2,
             Self::Q8_16 => 4,
             _ => 1,
         }
     }
 
-    /// The GPU layout this format is repacked into (see the module doc).
+    /// The wide layout whose values a format's layout gives: a narrow
+    /// layout's (`planes::wide`), else its `layout()`.
+    pub fn wide_layout(self) -> WeightFormat {
+        if self.is_narrow() {
+            planes::wide(self)
+        } else {
+            self.layout()
+        }
+    }
+
+    /// One of the narrow layouts (`NARROW`).
+    pub fn is_narrow(self) -> bool {
+        Self::NARROW.contains(&self)
+    }
+
+    /// The narrow layout `repack` writes this stored type in, if it has one.
+    pub fn narrow(self) -> Option<WeightFormat> {
+        Some(match self {
+            Self::Q4_1 => Self::Q4_1P,
+            Self::Q5_0 => Self::Q5_0P,
+            Self::Q5_1 => Self::Q5_1P,
+            Self::Q2_K => Self::Q2_KP,
+            Self::Q3_K => Self::Q3_KP,
+            Self::Q4_K => Self::Q4_KP,
+            Self::Q5_K => Self::Q5_KP,
+            Self::Q6_K => Self::Q6_KP,
+            _ => return None,
+        })
+    }
+
+    /// Bytes of one `k`-element row in this layout: its data and its scales.
+    pub fn row_bytes(self, k: usize) -> (usize, usize) {
+        let layout = self.layout();
+        match layout {
+            Self::F32 | Self::F16 | Self::Bf16 => (k.div_ceil(8) * 8 * self.block().1, 0),
+            Self::Q4_0 | Self::Q4_1 => (k / 32 * 16, k / 32 * 4 * layout.scale_floats()),
+            f if f.is_narrow() => (k / 32 * 4 * planes::data_words(f), planes::scale_row_bytes(f, k)),
+            _ => (k / 32 * 32, k / 32 * 4 * layout.scale_floats()),
+        }
+    }
+
+    /// The wide GPU layout this format is repacked into (see the module doc);
+    /// a layout is its own.
     pub fn layout(self) -> WeightFormat {
         match self {
             Self::Q5_0 | Self::IQ4_NL | Self::IQ4_XS => Self::Q8_0,
@@ -277,23 +350,27 @@ pub fn dequantize(format: WeightFormat, bytes: &[u8], n: usize, k: usize) -> Res
 /// quants as bytes (Q4_1: nibbles, element j low and j + 16 high in byte j)
 /// and their factors as f32 (Q8_0: d; Q4_1: d, m; Q8_16: d0, m0, d1, m1).
 fn repack_subs(format: WeightFormat, bytes: &[u8], data: &mut Vec<u8>, scales: &mut Vec<u8>) {
-    let layout = format.layout();
     let mut subs = Vec::new();
     for blk in bytes.chunks_exact(format.block().1) {
         subs.clear();
         blocks::decode(format, blk, &mut subs);
-        for s in &subs {
-            let factors: &[f32] = match layout {
-                WeightFormat::Q8_0 => &s.d[..1],
-                WeightFormat::Q4_1 => &[s.d[0], s.m[0]],
-                _ => &[s.d[0], s.m[0], s.d[1], s.m[1]],
-            };
-            factors.iter().for_each(|v| scales.extend(v.to_le_bytes()));
-            if layout == WeightFormat::Q4_1 {
-                data.extend((0..16).map(|j| (s.q[j] as u8 & 0xF) | ((s.q[j + 16] as u8) << 4)));
-            } else {
-                data.extend(s.q.iter().map(|&q| q as u8));
-            }
+        write_subs(format.layout(), &subs, data, scales);
+    }
+}
+
+/// `subs` written in wide layout `layout` (Q8_0, Q4_1 or Q8_16).
+fn write_subs(layout: WeightFormat, subs: &[blocks::Sub32], data: &mut Vec<u8>, scales: &mut Vec<u8>) {
+    for s in subs {
+        let factors: &[f32] = match layout {
+            WeightFormat::Q8_0 => &s.d[..1],
+            WeightFormat::Q4_1 => &[s.d[0], s.m[0]],
+            _ => &[s.d[0], s.m[0], s.d[1], s.m[1]],
+        };
+        factors.iter().for_each(|v| scales.extend(v.to_le_bytes()));
+        if layout == WeightFormat::Q4_1 {
+            data.extend((0..16).map(|j| (s.q[j] as u8 & 0xF) | ((s.q[j + 16] as u8) << 4)));
+        } else {
+            data.extend(s.q.iter().map(|&q| q as u8));
         }
     }
 }
@@ -313,7 +390,18 @@ pub struct Repacked {
 
 /// Rearranges stored bytes into the GPU layout.
 pub fn repack(format: WeightFormat, bytes: &[u8], n: usize, k: usize) -> Result<Repacked, FormatError> {
+    repack_as(format, bytes, n, k, true)
+}
+
+/// Rearranges stored bytes into the wide GPU layout (`WeightFormat::layout`)
+/// even where the type has a narrow one (what `planes::widen` gives).
+pub fn repack_wide(format: WeightFormat, bytes: &[u8], n: usize, k: usize) -> Result<Repacked, FormatError> {
+    repack_as(format, bytes, n, k, false)
+}
+
+fn repack_as(format: WeightFormat, bytes: &[u8], n: usize, k: usize, narrow: bool) -> Result<Repacked, FormatError> {
     format.check(bytes, n, k)?;
+    let narrow = if narrow { format.narrow() } else { None };
     let kp = k.div_ceil(8) * 8;
     let mut data = Vec::new();
     let mut scales = Vec::new();
@@ -326,6 +414,7 @@ pub fn repack(format: WeightFormat, bytes: &[u8], n: usize, k: usize) -> Result<
                 data.resize(data.len() + (kp - k) * es, 0);
             }
         }
+        f if narrow.is_some() => planes::repack(f, bytes, &mut data, &mut scales),
         WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
             let (_, bb) = format.block();
             let hdr = if format == WeightFormat::Q4_1 { 4 } else { 2 };
@@ -340,7 +429,7 @@ pub fn repack(format: WeightFormat, bytes: &[u8], n: usize, k: usize) -> Result<
         f => repack_subs(f, bytes, &mut data, &mut scales),
     }
     Ok(Repacked {
-        format: format.layout(),
+        format: narrow.unwrap_or(format.layout()),
         n,
         k,
         kp,
@@ -349,22 +438,17 @@ pub fn repack(format: WeightFormat, bytes: &[u8], n: usize, k: usize) -> Result<
     })
 }
 
-/// Bytes `repack` gives an `[n][k]` matrix of `format` (data and scales):
-/// what its weight occupies on the device, known before reading the tensor
-/// (the memory plan counts a model's weights from these).
-pub fn resident_bytes(format: WeightFormat, n: usize, k: usize) -> u64 {
-    let (n, k) = (n as u64, k as u64);
-    match format.layout() {
-        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Bf16 => n * k.div_ceil(8) * 8 * format.block().1 as u64,
-        layout => {
-            let data = if matches!(layout, WeightFormat::Q4_0 | WeightFormat::Q4_1) {
-                16
-            } else {
-                32
-            };
-            n * (k / 32) * (data + 4 * layout.scale_floats() as u64)
-        }
-    }
+/// Bytes an `[n][k]` matrix of `format` occupies on the device (data and
+/// scales), known before reading the tensor (the memory plan counts a
+/// model's weights from these): in its narrow layout where it has one and
+/// the backend reads it (`narrow`), else in its wide layout.
+pub fn resident_bytes(format: WeightFormat, n: usize, k: usize, narrow: bool) -> u64 {
+    let layout = match format.narrow() {
+        Some(l) if narrow => l,
+        _ => format,
+    };
+    let (d, s) = layout.row_bytes(k);
+    n as u64 * (d + s) as u64
 }
 
 impl Repacked {
@@ -498,9 +582,15 @@ mod fuse_tests {
             let k = if format.block().0 == 256 { 512 } else { 96 };
             let r = matrix(format, 3, k, 4);
             assert_eq!(
-                resident_bytes(format, 3, k),
+                resident_bytes(format, 3, k, true),
                 (r.data.len() + r.scales.len()) as u64,
                 "{format:?}"
+            );
+            let w = planes::widen(&r);
+            assert_eq!(
+                resident_bytes(format, 3, k, false),
+                (w.data.len() + w.scales.len()) as u64,
+                "{format:?} widened"
             );
         }
     }

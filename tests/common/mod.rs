@@ -118,6 +118,8 @@ pub fn scale_fields(format: WeightFormat) -> (&'static [usize], &'static [usize]
         F::Q6_K => (&[208], &[]),
         F::Q8_16 => (&[], &[32, 36, 40, 44]),
         F::F32 | F::F16 | F::Bf16 => (&[], &[]),
+        // Narrow layouts: never in a file.
+        F::Q4_1P | F::Q5_0P | F::Q5_1P | F::Q2_KP | F::Q3_KP | F::Q4_KP | F::Q5_KP | F::Q6_KP => (&[], &[]),
     }
 }
 
@@ -125,7 +127,7 @@ pub fn scale_fields(format: WeightFormat) -> (&'static [usize], &'static [usize]
 pub fn rand_weight(r: &mut StdRng, format: WeightFormat, n: usize, k: usize) -> (GpuWeight, Vec<f32>) {
     let bytes = rand_weight_bytes(r, format, n, k);
     let cpu = quant::dequantize(format, &bytes, n, k).expect("dequantize");
-    let rp = quant::repack(format, &bytes, n, k).expect("repack");
+    let rp = quant::repack_wide(format, &bytes, n, k).expect("repack");
     (GpuWeight::upload(&kernels().ctx, &rp, "test weight"), cpu)
 }
 

@@ -85,6 +85,14 @@ impl Backend for CudaBackend {
     }
 
     fn upload_weight(&self, r: &Repacked, _label: &str) -> Result<CudaWeight, CudaError> {
+        // The CUDA kernels read the wide layouts (`reads_narrow_weights` false).
+        let wide;
+        let r = if r.format.is_narrow() {
+            wide = crate::quant::planes::widen(r);
+            &wide
+        } else {
+            r
+        };
         Ok(CudaWeight {
             format: r.format,
             n: r.n,

@@ -36,7 +36,8 @@ pub fn source(format: WeightFormat, tex: bool) -> Result<String, GpuError> {
     render(
         "embed.wgsl",
         context! {
-            format => format!("{format:?}"),
+            format => format!("{:?}", format.wide_layout()),
+            load => format!("{format:?}"),
             quantized => format.is_quantized(),
             tex,
             pairs => scale_pairs(format),

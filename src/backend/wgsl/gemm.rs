@@ -77,7 +77,10 @@ pub fn source(v: GemmVariant) -> Result<String, GpuError> {
     render(
         "gemm.wgsl",
         context! {
-            format => format!("{:?}", v.format),
+            // The arithmetic is the wide layout's; `load` reads the layout
+            // held (a narrow one rebuilds the wide one's words and factors).
+            format => format!("{:?}", v.format.wide_layout()),
+            load => format!("{:?}", v.format),
             quantized => v.format.is_quantized(),
             tm => v.tm,
             tn => v.tn,

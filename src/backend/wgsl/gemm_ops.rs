@@ -267,6 +267,18 @@ impl Kernels {
     /// `reads_textures` holds for every pass; the embedding gather reads them
     /// too. Else textures and buffers (tiles set by `--gemm-tiles` whose
     /// passes differ); on GPUs and with GPU shapes, buffers.
+    /// Whether weights in the narrow layouts (`quant::planes`) are kept as
+    /// such, read from storage buffers: on GPUs and with GPU shapes; on CPU
+    /// adapters whose weights are textures, the wide layouts' textures
+    /// instead (see the README's figures). `WLLM_NARROW_WEIGHTS=1|0` overrides.
+    pub fn reads_narrow_weights(&self) -> bool {
+        match std::env::var("WLLM_NARROW_WEIGHTS").ok().as_deref() {
+            Some("1") | Some("on") => true,
+            Some("0") | Some("off") => false,
+            _ => matches!(self.residency(), Residency::Buffers),
+        }
+    }
+
     pub fn residency(&self) -> Residency {
         if !(self.cpu_shapes && self.ctx.cpu_textures()) {
             return Residency::Buffers;

@@ -6,7 +6,7 @@
 use super::embed::EmbedParams;
 use super::kv_tex::{self, kv_caches, kv_prefix};
 use super::weight::scale_pairs;
-use super::{GpuWeight, Kernels, PagedKv, Rows, gemm_ops};
+use super::{GpuWeight, Kernels, PagedKv, Residency, Rows, gemm_ops};
 use crate::backend::{
     Activation, Backend, Elementwise, FusedOps, KvDtype, MaskedArgmax, NormArgs, RopeArgs, RopePairing, WeightInfo,
 };
@@ -129,7 +129,23 @@ impl Backend for Kernels {
     }
 
     fn upload_weight(&self, r: &Repacked, label: &str) -> Result<GpuWeight, GpuError> {
-        Ok(GpuWeight::upload_as(&self.ctx, r, label, self.residency()))
+        if !r.format.is_narrow() {
+            return Ok(GpuWeight::upload_as(&self.ctx, r, label, self.residency()));
+        }
+        if self.reads_narrow_weights() {
+            // Narrow layouts are read from storage buffers (no texture layout).
+            return Ok(GpuWeight::upload_as(&self.ctx, r, label, Residency::Buffers));
+        }
+        let wide = crate::quant::planes::widen(r);
+        Ok(GpuWeight::upload_as(&self.ctx, &wide, label, self.residency()))
+    }
+
+    fn reads_narrow_weights(&self) -> bool {
+        Kernels::reads_narrow_weights(self)
+    }
+
+    fn take_device_error(&self) -> Option<GpuError> {
+        self.ctx.take_error()
     }
 
     fn pipeline_stats(&self) -> crate::gpu::PipelineStats {

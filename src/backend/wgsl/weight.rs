@@ -250,10 +250,11 @@ pub fn scale_pairs(format: WeightFormat) -> bool {
     matches!(format, WeightFormat::Q8_0)
 }
 
-/// `w` array elements (vec4) per weight row.
+/// `w` array elements (vec4) per weight row (narrow layouts: u32 words, their `w` being u32s).
 pub fn w_row_len(format: WeightFormat, k: usize) -> usize {
     let kp = k.div_ceil(8) * 8;
     match format.layout() {
+        f if f.is_narrow() => format.row_bytes(k).0 / 4,
         WeightFormat::F32 => kp / 4,
         WeightFormat::F16 | WeightFormat::Bf16 => kp / 8,
         WeightFormat::Q4_0 | WeightFormat::Q4_1 => k / 32,
@@ -286,7 +287,13 @@ impl GpuWeight {
     }
 
     /// Uploads a repacked matrix where `residency` says.
+    /// Narrow layouts are buffers whatever `residency` says (they have no texture layout).
     pub fn upload_as(ctx: &GpuContext, r: &Repacked, label: &str, residency: Residency) -> Self {
+        let residency = if r.format.is_narrow() {
+            Residency::Buffers
+        } else {
+            residency
+        };
         let tex = match residency {
             Residency::Buffers => Vec::new(),
             Residency::Textures(l) | Residency::Both(l) => textures(ctx, r, label, l),
@@ -334,8 +341,8 @@ impl GpuWeight {
                 self.format, self.n, self.k
             )));
         };
-        let drb = self.w_row() as u64 * 16;
-        let srb = 4 * self.format.scale_floats() as u64 * self.chunks() as u64;
+        let (drb, srb) = self.format.row_bytes(self.k);
+        let (drb, srb) = (drb as u64, srb as u64);
         let fits = self.n as u64 * drb <= max_binding && (self.scales.is_none() || self.n as u64 * srb <= max_binding);
         if fits {
             return Ok(vec![WeightWindow {
