@@ -81,11 +81,11 @@ let dp = textureLoad(s_tex, vec2<u32>(col, g * p.scale_units + c / 2u));
 {% endif %}
   {% for sub in range(4) %}
     {% if format == "Q8_16" %}
-{ let v = {{ weights.dq_sub(format, 0, sub) }}; let h = d0.{{ "xy" if sub < 2 else "zw" }}; put8(o, 32u * c + {{ 8 * sub }}u, F8(v.a * h.x + h.y, v.b * h.x + h.y)); }
+{ let v = {{ weights.dq_sub(format, 0, sub, qbits) }}; let h = d0.{{ "xy" if sub < 2 else "zw" }}; put8(o, 32u * c + {{ 8 * sub }}u, F8(v.a * h.x + h.y, v.b * h.x + h.y)); }
     {% elif format == "Q4_1" %}
-{ let v = {{ weights.dq_sub(format, 0, sub) }}; put8(o, 32u * c + {{ 8 * sub }}u, F8(v.a * d0.x + d0.y, v.b * d0.x + d0.y)); }
+{ let v = {{ weights.dq_sub(format, 0, sub, qbits) }}; put8(o, 32u * c + {{ 8 * sub }}u, F8(v.a * d0.x + d0.y, v.b * d0.x + d0.y)); }
     {% else %}
-{ let v = {{ weights.dq_sub(format, 0, sub) }}; put8(o, 32u * c + {{ 8 * sub }}u, F8(v.a * d0, v.b * d0)); }
+{ let v = {{ weights.dq_sub(format, 0, sub, qbits) }}; put8(o, 32u * c + {{ 8 * sub }}u, F8(v.a * d0, v.b * d0)); }
     {% endif %}
   {% endfor %}
 {% elif tex %}

@@ -392,7 +392,7 @@ xs{{ i }} = 0.0;
 var s{{ i }} = 0.0;
     {% endfor %}
     {% for sub in range(4) %}
-let w_{{ sub }} = {{ weights.dq_sub_scaled(format, j, sub) if scaled else weights.dq_sub(format, j, sub) }};
+let w_{{ sub }} = {{ weights.dq_sub_scaled(format, j, sub) if scaled else weights.dq_sub(format, j, sub, qbits) }};
       {% for i in range(tm) %}
 var c{{ i }}_{{ sub }} = 0.0;
         {% for l in lanes %}

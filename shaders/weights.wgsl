@@ -38,6 +38,17 @@ fn dq_q8(w0: u32, w1: u32) -> F8 {
     return F8(i8x4(w0), i8x4(w1));
 }
 
+// The same for bytes holding `bits`-bit two's complement values (the
+// narrow layouts' signed types), sign-extended as they are extracted.
+fn inx4(u: u32, bits: u32) -> vec4<f32> {
+    let s = bitcast<i32>(u);
+    return vec4<f32>(f32(extractBits(s, 0u, bits)), f32(extractBits(s, 8u, bits)),
+                     f32(extractBits(s, 16u, bits)), f32(extractBits(s, 24u, bits)));
+}
+fn dq_qn(w0: u32, w1: u32, bits: u32) -> F8 {
+    return F8(inx4(w0, bits), inx4(w1, bits));
+}
+
 fn u4x4(u: u32, sh: u32) -> vec4<f32> {
     return vec4<f32>(f32((u >> sh) & 15u), f32((u >> (sh + 8u)) & 15u),
                      f32((u >> (sh + 16u)) & 15u), f32((u >> (sh + 24u)) & 15u));
@@ -89,9 +100,8 @@ fn pl_b2(p: u32) -> vec4<u32> { return (vec4<u32>(p) >> vec4<u32>(0u, 2u, 4u, 6u
 fn pl_b1(h: u32, g0: u32) -> vec4<u32> {
     return (vec4<u32>(h) >> (vec4<u32>(0u, 1u, 2u, 3u) + vec4<u32>(g0))) & vec4<u32>(0x01010101u);
 }
-// Each byte sign-extended from its top value bit `top` (a byte mask):
-// `fill` · top sets the bits above it, within the byte (no carry).
-fn pl_sext(x: vec4<u32>, top: u32, fill: u32) -> vec4<u32> { return x | ((x & vec4<u32>(top)) * fill); }
+// The signed types' bytes (Q5_0P, Q3_KP, Q6_KP) hold their value bits
+// alone; `dq_sub` with their `bits` sign-extends them (`dq_qn`).
 // A half's bits (the low 16 of h) as f32, exactly, in integer ops (no
 // driver's f16 conversion, which may flush subnormals): subnormals are
 // m · 2^-24, normal in f32.
@@ -117,9 +127,14 @@ fn load_w8(base: u32, c: u32) -> F8 { return F8(w[base + 2u * c], w[base + 2u * 
 @group(0) @binding({{ first }}) var<storage, read> w: array<vec4<u32>>;
 fn load_w8(base: u32, c: u32) -> F8 { return dq_{{ format | lower }}(w[base + c]); }
 {% elif format in ["Q4_1P", "Q5_0P", "Q5_1P", "Q2_KP", "Q3_KP", "Q4_KP", "Q5_KP", "Q6_KP"] %}
+  {% if format == "Q4_KP" or format == "Q4_1P" %}
+{# Four words a block: a vec4 each, as Q4_1's (one load, not four). #}
+@group(0) @binding({{ first }}) var<storage, read> w: array<vec4<u32>>;
+  {% else %}
 @group(0) @binding({{ first }}) var<storage, read> w: array<u32>;
-@group(0) @binding({{ first + 1 }}) var<storage, read> scales: array<{{ "f32" if format == "Q5_0P" else "u32" }}>;
 fn pl_w4(b: u32) -> vec4<u32> { return vec4<u32>(w[b], w[b + 1u], w[b + 2u], w[b + 3u]); }
+  {% endif %}
+@group(0) @binding({{ first + 1 }}) var<storage, read> scales: array<{{ "f32" if format == "Q5_0P" else "u32" }}>;
   {% if format == "Q4_1P" or format == "Q5_1P" %}
 // Block blk's f16 d (low half) and m (high half).
 fn pl_dm(blk: u32) -> vec2<f32> { let s = scales[blk]; return vec2<f32>(pl_h2f(s & 0xffffu), pl_h2f(s >> 16u)); }
@@ -246,13 +261,13 @@ let dp{{ j }} = textureLoad(s_tex, vec2<u32>(wl + {{ j * wg }}u, wid.x * ((p.chu
 {% macro load_block(format, j, blk) %}
 {% if format == "Q5_0P" %}
 let nb{{ j }} = 5u * ({{ blk }}); let n{{ j }} = pl_w4(nb{{ j }}); let h{{ j }} = w[nb{{ j }} + 4u];
-let qa{{ j }} = pl_sext(pl_nib_lo(n{{ j }}) | (pl_b1(h{{ j }}, 0u) << vec4<u32>(4u)), 0x10101010u, 15u);
-let qb{{ j }} = pl_sext(pl_nib_hi(n{{ j }}) | (pl_b1(h{{ j }}, 4u) << vec4<u32>(4u)), 0x10101010u, 15u);
+let qa{{ j }} = pl_nib_lo(n{{ j }}) | (pl_b1(h{{ j }}, 0u) << vec4<u32>(4u));
+let qb{{ j }} = pl_nib_hi(n{{ j }}) | (pl_b1(h{{ j }}, 4u) << vec4<u32>(4u));
 let d{{ j }} = scales[{{ blk }}];
 {% elif format == "Q4_KP" %}
-let q{{ j }} = pl_w4(4u * ({{ blk }})); let d{{ j }} = pl_factors({{ blk }});
+let q{{ j }} = w[{{ blk }}]; let d{{ j }} = pl_factors({{ blk }});
 {% elif format == "Q4_1P" %}
-let q{{ j }} = pl_w4(4u * ({{ blk }})); let d{{ j }} = pl_dm({{ blk }});
+let q{{ j }} = w[{{ blk }}]; let d{{ j }} = pl_dm({{ blk }});
 {% elif format == "Q5_1P" %}
 let nb{{ j }} = 5u * ({{ blk }}); let n{{ j }} = pl_w4(nb{{ j }}); let h{{ j }} = w[nb{{ j }} + 4u];
 let qa{{ j }} = pl_nib_lo(n{{ j }}) | (pl_b1(h{{ j }}, 0u) << vec4<u32>(4u));
@@ -265,13 +280,13 @@ let qb{{ j }} = pl_nib_hi(n{{ j }}) | (pl_b1(h{{ j }}, 4u) << vec4<u32>(4u));
 let f{{ j }} = pl_factors({{ blk }}); let d{{ j }} = vec4<f32>(f{{ j }}, f{{ j }});
 {% elif format == "Q6_KP" %}
 let nb{{ j }} = 6u * ({{ blk }}); let n{{ j }} = pl_w4(nb{{ j }});
-let qa{{ j }} = pl_sext(pl_nib_lo(n{{ j }}) | (pl_b2(w[nb{{ j }} + 4u]) << vec4<u32>(4u)), 0x20202020u, 6u);
-let qb{{ j }} = pl_sext(pl_nib_hi(n{{ j }}) | (pl_b2(w[nb{{ j }} + 5u]) << vec4<u32>(4u)), 0x20202020u, 6u);
+let qa{{ j }} = pl_nib_lo(n{{ j }}) | (pl_b2(w[nb{{ j }} + 4u]) << vec4<u32>(4u));
+let qb{{ j }} = pl_nib_hi(n{{ j }}) | (pl_b2(w[nb{{ j }} + 5u]) << vec4<u32>(4u));
 let d{{ j }} = pl_factors({{ blk }});
 {% elif format == "Q3_KP" %}
 let nb{{ j }} = 3u * ({{ blk }}); let h{{ j }} = w[nb{{ j }} + 2u];
-let qa{{ j }} = pl_sext(pl_b2(w[nb{{ j }}]) | (pl_b1(h{{ j }}, 0u) << vec4<u32>(2u)), 0x04040404u, 63u);
-let qb{{ j }} = pl_sext(pl_b2(w[nb{{ j }} + 1u]) | (pl_b1(h{{ j }}, 4u) << vec4<u32>(2u)), 0x04040404u, 63u);
+let qa{{ j }} = pl_b2(w[nb{{ j }}]) | (pl_b1(h{{ j }}, 0u) << vec4<u32>(2u));
+let qb{{ j }} = pl_b2(w[nb{{ j }} + 1u]) | (pl_b1(h{{ j }}, 4u) << vec4<u32>(2u));
 let d{{ j }} = pl_factors({{ blk }});
 {% elif format == "Q2_KP" %}
 let nb{{ j }} = 2u * ({{ blk }});
@@ -283,9 +298,12 @@ let qa{{ j }} = w[2u * ({{ blk }})]; let qb{{ j }} = w[2u * ({{ blk }}) + 1u]; l
 let q{{ j }} = w[{{ blk }}]; let d{{ j }} = scales[{{ blk }}];
 {% endif %}
 {% endmacro %}
-{% macro dq_sub(format, j, s) %}
+{% macro dq_sub(format, j, s, bits=8) %}
 {% set l = ["x", "y", "z", "w"] %}
-{% if format == "Q8_0" or format == "Q8_16" %}
+{% if (format == "Q8_0" or format == "Q8_16") and bits != 8 %}
+{% set v = ("qa" if s < 2 else "qb") ~ j %}
+dq_qn({{ v }}.{{ l[2 * s % 4] }}, {{ v }}.{{ l[2 * s % 4 + 1] }}, {{ bits }}u)
+{%- elif format == "Q8_0" or format == "Q8_16" %}
 {% set v = ("qa" if s < 2 else "qb") ~ j %}
 dq_q8({{ v }}.{{ l[2 * s % 4] }}, {{ v }}.{{ l[2 * s % 4 + 1] }})
 {%- else %}

@@ -48,6 +48,19 @@ fn planes(layout: WeightFormat) -> (bool, bool, bool, u32, bool) {
     }
 }
 
+/// The bits of a byte the kernels extract as a signed value when they
+/// dequantise a block rebuilt from this layout: a signed narrow type's value
+/// bits (its bytes hold them alone; the extraction sign-extends them), else 8.
+pub fn extract_bits(layout: WeightFormat) -> u32 {
+    if !layout.is_narrow() {
+        return 8;
+    }
+    match planes(layout) {
+        (.., bits, true) => bits,
+        _ => 8,
+    }
+}
+
 /// `u32` words of a block's quants.
 pub fn data_words(layout: WeightFormat) -> usize {
     let (nib, b2, b1, ..) = planes(layout);

@@ -38,6 +38,7 @@ pub fn source(format: WeightFormat, tex: bool) -> Result<String, GpuError> {
         context! {
             format => format!("{:?}", format.wide_layout()),
             load => format!("{format:?}"),
+            qbits => crate::quant::planes::extract_bits(format),
             quantized => format.is_quantized(),
             tex,
             pairs => scale_pairs(format),

@@ -81,6 +81,7 @@ pub fn source(v: GemmVariant) -> Result<String, GpuError> {
             // held (a narrow one rebuilds the wide one's words and factors).
             format => format!("{:?}", v.format.wide_layout()),
             load => format!("{:?}", v.format),
+            qbits => crate::quant::planes::extract_bits(v.format),
             quantized => v.format.is_quantized(),
             tm => v.tm,
             tn => v.tn,
