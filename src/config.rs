@@ -47,6 +47,8 @@ pub struct EngineConfig {
     pub quantize: Option<crate::quant::mix::Mix>,
     /// Steps the trace recorder keeps (a ring of the most recent); 0 records nothing.
     pub trace_steps: usize,
+    /// Speculative decoding of greedy requests (`engine::speculative`); `None`: off.
+    pub speculative: Option<SpeculativeConfig>,
 }
 
 impl EngineConfig {
@@ -77,7 +79,73 @@ impl Default for EngineConfig {
             step_target: StepTarget::Auto,
             quantize: None,
             trace_steps: 0,
+            speculative: None,
         }
+    }
+}
+
+/// How to speculate (vLLM's `speculative_config` shape for `ngram`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpeculativeConfig {
+    /// Drafting method: `ngram` (prompt lookup) only.
+    #[serde(default = "ngram")]
+    pub method: String,
+    /// Most tokens drafted a step for a sequence.
+    pub num_speculative_tokens: usize,
+    /// Longest n-gram matched against the earlier tokens.
+    #[serde(default = "default_max")]
+    pub prompt_lookup_max: usize,
+    /// Shortest n-gram matched.
+    #[serde(default = "default_min")]
+    pub prompt_lookup_min: usize,
+}
+
+fn ngram() -> String {
+    "ngram".into()
+}
+fn default_max() -> usize {
+    4
+}
+fn default_min() -> usize {
+    2
+}
+
+impl SpeculativeConfig {
+    /// Parses vLLM's JSON form (`{"method": "ngram", "num_speculative_tokens": 4, ...}`),
+    /// checking the values.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let c: Self = serde_json::from_str(s).map_err(|e| {
+            format!(
+                "--speculative-config: {e}; expected e.g. {{\"method\": \"ngram\", \"num_speculative_tokens\": 4, \
+                 \"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}}"
+            )
+        })?;
+        c.check()?;
+        Ok(c)
+    }
+
+    /// Refuses values that cannot draft.
+    pub fn check(&self) -> Result<(), String> {
+        if self.method != "ngram" {
+            return Err(format!(
+                "speculative method {:?} is not supported; use \"ngram\" (prompt lookup)",
+                self.method
+            ));
+        }
+        if self.num_speculative_tokens == 0 || self.num_speculative_tokens > 64 {
+            return Err(format!(
+                "num_speculative_tokens must be 1 to 64, got {}",
+                self.num_speculative_tokens
+            ));
+        }
+        if self.prompt_lookup_min == 0 || self.prompt_lookup_min > self.prompt_lookup_max {
+            return Err(format!(
+                "prompt_lookup_min ({}) must be at least 1 and at most prompt_lookup_max ({})",
+                self.prompt_lookup_min, self.prompt_lookup_max
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -81,6 +81,11 @@ pub struct Metrics {
     pub prefix_cache_queries_total: u64,
     pub prefix_cache_hits_total: u64,
     pub num_preemptions_total: u64,
+    /// Speculative decoding (vLLM's `spec_decode_*`): steps a sequence
+    /// verified drafts in, tokens drafted, drafts accepted.
+    pub spec_decode_num_drafts_total: u64,
+    pub spec_decode_num_draft_tokens_total: u64,
+    pub spec_decode_num_accepted_tokens_total: u64,
     pub request_success_total: u64,
     pub gpu_memory_allocated_bytes: u64,
     pub gpu_memory_allocated_peak_bytes: u64,
@@ -135,6 +140,9 @@ impl Default for Metrics {
             prefix_cache_queries_total: 0,
             prefix_cache_hits_total: 0,
             num_preemptions_total: 0,
+            spec_decode_num_drafts_total: 0,
+            spec_decode_num_draft_tokens_total: 0,
+            spec_decode_num_accepted_tokens_total: 0,
             request_success_total: 0,
             gpu_memory_allocated_bytes: 0,
             gpu_memory_allocated_peak_bytes: 0,
@@ -294,6 +302,21 @@ impl Metrics {
                 "prefix_cache_hits_total",
                 "Prompt tokens found in the prefix cache",
                 self.prefix_cache_hits_total,
+            ),
+            (
+                "spec_decode_num_drafts_total",
+                "Speculative drafts verified (one a sequence a step)",
+                self.spec_decode_num_drafts_total,
+            ),
+            (
+                "spec_decode_num_draft_tokens_total",
+                "Speculative tokens drafted and verified",
+                self.spec_decode_num_draft_tokens_total,
+            ),
+            (
+                "spec_decode_num_accepted_tokens_total",
+                "Speculative tokens accepted",
+                self.spec_decode_num_accepted_tokens_total,
             ),
             (
                 "num_preemptions_total",

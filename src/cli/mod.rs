@@ -42,6 +42,11 @@ pub struct EngineArgs {
     /// 0.9 on GPUs that report their memory; CPU adapters keep the 512 MiB pool unless given).
     #[arg(long, global = true)]
     pub gpu_memory_utilization: Option<f64>,
+    /// Speculative decoding of greedy requests, as vLLM's JSON: {"method": "ngram",
+    /// "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2} (prompt lookup:
+    /// drafts copied from earlier in the prompt and output, verified in one step; same output).
+    #[arg(long, global = true)]
+    pub speculative_config: Option<String>,
     /// Tokens per KV block.
     #[arg(long, global = true, default_value_t = 16)]
     pub block_size: usize,
@@ -151,6 +156,10 @@ impl EngineArgs {
                 self.trace_steps.max(1)
             } else {
                 0
+            },
+            speculative: match &self.speculative_config {
+                Some(s) => Some(wllm::config::SpeculativeConfig::parse(s).map_err(anyhow::Error::msg)?),
+                None => None,
             },
         })
     }

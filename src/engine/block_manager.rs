@@ -376,6 +376,22 @@ impl BlockManager {
         released
     }
 
+    /// Releases the blocks past what `total_tokens` tokens need, tail first
+    /// (speculative positions the model rejected; never a registered block:
+    /// only computed full blocks are).
+    pub fn truncate(&mut self, table: &mut BlockTable, total_tokens: usize) {
+        let keep = total_tokens.div_ceil(self.block_size).max(table.hashes.len());
+        while table.len() > keep {
+            for g in 0..table.blocks.len() {
+                if let Some(b) = table.blocks[g].pop()
+                    && b != FREED
+                {
+                    self.release(b);
+                }
+            }
+        }
+    }
+
     /// Releases a sequence's blocks, tail first.
     pub fn deallocate(&mut self, table: &mut BlockTable) {
         for j in (0..table.len()).rev() {

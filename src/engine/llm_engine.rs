@@ -57,6 +57,8 @@ pub struct LlmEngine {
     pub model_name: String,
     /// The row tile the warm-up chose for batched gemms, with its timings.
     pub row_tile: Option<super::RowTileChoice>,
+    /// Speculative decoding of greedy requests (`EngineConfig::speculative`).
+    pub speculative: Option<crate::config::SpeculativeConfig>,
 }
 
 impl LlmEngine {
@@ -125,6 +127,9 @@ impl LlmEngine {
         let t0 = Instant::now();
         let mut timings = LoadTimings::default();
         let compiled_before = kernels.pipeline_stats().compile_seconds;
+        if let Some(s) = &cfg.speculative {
+            s.check().map_err(EngineError::Config)?;
+        }
         let files = ModelFiles::open_with(&cfg.model, cfg.quantize)?;
         let model_config = files.config()?;
         let tokenizer = match &files {
@@ -253,6 +258,7 @@ impl LlmEngine {
                 .file_name()
                 .map_or_else(|| cfg.model.display().to_string(), |f| f.to_string_lossy().into()),
             row_tile: None,
+            speculative: cfg.speculative.clone(),
         };
         me.metrics.cache_config = crate::metrics::CacheConfig {
             cache_dtype: me.plan.dtype.to_string(),
@@ -358,7 +364,11 @@ impl LlmEngine {
             self.plan.block_size,
             self.scheduler.cfg.max_num_batched_tokens,
         );
+        if let Some(sc) = &self.speculative {
+            super::speculative::draft(&mut self.scheduler, sc);
+        }
         let plan = self.scheduler.schedule_within(tokens);
+        super::speculative::settle(&mut self.scheduler, &plan);
         self.metrics.num_preemptions_total = self.scheduler.num_preemptions;
         self.metrics.prefix_cache_queries_total = self.scheduler.prefix_queries;
         self.metrics.prefix_cache_hits_total = self.scheduler.prefix_hits;
@@ -393,7 +403,8 @@ impl LlmEngine {
                     len: n,
                     block_tables: &s.block_table.blocks,
                     sample,
-                    logits_from: None,
+                    // A drafting sequence: a row for the pending token and each draft.
+                    logits_from: (s.num_draft > 0).then_some(s.num_computed_tokens),
                 }
             })
             .collect();
@@ -449,6 +460,17 @@ impl LlmEngine {
             let sched = &mut self.scheduler;
             let seq = sched.seqs.get_mut(&id).expect("scheduled sequence exists");
             seq.num_computed_tokens += n;
+            // A drafting sequence: back to its pending token; what to emit.
+            let spec = (seq.num_draft > 0).then(|| {
+                let k = seq.num_draft;
+                let max_k = self.speculative.as_ref().map_or(k, |c| c.num_speculative_tokens);
+                let (toks, j) = super::speculative::verify(seq, &result.argmax[row..row + k + 1], max_k);
+                row += k + 1;
+                self.metrics.spec_decode_num_drafts_total += 1;
+                self.metrics.spec_decode_num_draft_tokens_total += k as u64;
+                self.metrics.spec_decode_num_accepted_tokens_total += j as u64;
+                (toks, j)
+            });
             sched
                 .blocks
                 .cache_full_blocks(&mut seq.block_table, &seq.token_ids, seq.num_computed_tokens);
@@ -458,40 +480,70 @@ impl LlmEngine {
             if seq.num_computed_tokens != seq.num_tokens() {
                 continue;
             }
-            let logits = result
-                .logits
-                .as_deref()
-                .filter(|_| seq.params.needs_logits())
-                .map(|l| &l[row * vocab..(row + 1) * vocab]);
-            let (tok, lp, constraint_done) = guided::choose_token(
-                seq,
-                gpu_picks.remove(&id),
-                logits,
-                result.argmax[row],
-                masks.remove(&id),
-                &self.tokenizer.eos_ids,
-            );
-            row += 1;
-            match seq.times.last_token {
+            let (toks, mut lp, constraint_done) = match &spec {
+                Some((toks, _)) => (toks.clone(), None, false),
                 None => {
-                    seq.times.first_token = Some(now);
-                    self.metrics
-                        .time_to_first_token_seconds
-                        .observe((now - seq.times.arrival).as_secs_f64());
-                    self.metrics.prompt_tokens_total += seq.prompt_len as u64;
+                    let logits = result
+                        .logits
+                        .as_deref()
+                        .filter(|_| seq.params.needs_logits())
+                        .map(|l| &l[row * vocab..(row + 1) * vocab]);
+                    let (tok, lp, done) = guided::choose_token(
+                        seq,
+                        gpu_picks.remove(&id),
+                        logits,
+                        result.argmax[row],
+                        masks.remove(&id),
+                        &self.tokenizer.eos_ids,
+                    );
+                    row += 1;
+                    (vec![tok], lp, done)
                 }
-                Some(prev) => self
-                    .metrics
-                    .inter_token_latency_seconds
-                    .observe((now - prev).as_secs_f64()),
+            };
+            // Several tokens at once (accepted drafts): the interval since the
+            // last token is shared among them.
+            let count = toks.len() as f64;
+            for tok in toks {
+                match seq.times.last_token {
+                    None => {
+                        seq.times.first_token = Some(now);
+                        self.metrics
+                            .time_to_first_token_seconds
+                            .observe((now - seq.times.arrival).as_secs_f64());
+                        self.metrics.prompt_tokens_total += seq.prompt_len as u64;
+                    }
+                    Some(prev) => self
+                        .metrics
+                        .inter_token_latency_seconds
+                        .observe((now - prev).as_secs_f64() / count),
+                }
+                seq.times.last_token = Some(now);
+                self.metrics.generation_tokens_total += 1;
+                let out = postprocess_token(seq, tok, lp.take(), &self.tokenizer, constraint_done);
+                let done = out.finish_reason.is_some();
+                outputs.push(out);
+                if done {
+                    finished.push(id);
+                    break;
+                }
             }
-            seq.times.last_token = Some(now);
-            self.metrics.generation_tokens_total += 1;
-            let out = postprocess_token(seq, tok, lp, &self.tokenizer, constraint_done);
-            if out.finish_reason.is_some() {
-                finished.push(id);
+            // The accepted drafts' KV is the cache's now: the sequence stands
+            // as after that many plain decodes; blocks past it go back.
+            if let Some((_, j)) = spec
+                && !seq.is_finished()
+            {
+                seq.num_computed_tokens += j;
+                let sched = &mut self.scheduler;
+                let seq = sched.seqs.get_mut(&id).expect("scheduled sequence exists");
+                sched
+                    .blocks
+                    .cache_full_blocks(&mut seq.block_table, &seq.token_ids, seq.num_computed_tokens);
+                sched
+                    .blocks
+                    .release_out_of_window(&mut seq.block_table, seq.num_computed_tokens);
+                let total = seq.num_tokens();
+                sched.blocks.truncate(&mut seq.block_table, total);
             }
-            outputs.push(out);
         }
         for id in finished {
             if let Some(mut seq) = self.scheduler.finish(id) {

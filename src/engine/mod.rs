@@ -18,6 +18,7 @@ mod postprocess;
 mod request;
 pub mod scheduler;
 pub mod sequence;
+pub mod speculative;
 pub mod step_budget;
 mod step_buffers;
 mod stop_checker;

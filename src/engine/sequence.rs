@@ -80,6 +80,45 @@ pub struct Sequence {
     /// every sampled token (survives preemption: the recompute replays the
     /// same tokens, which the matcher has already consumed).
     pub matcher: Option<Box<llguidance::Matcher>>,
+    /// Draft tokens at the end of `token_ids` this step verifies
+    /// (`engine::speculative`); 0 outside a speculative step.
+    pub num_draft: usize,
+    /// How many tokens it drafts next, and its back-off after rejected drafts.
+    pub spec: SpecState,
+}
+
+/// A sequence's drafting state: the draft length adapts to what the model
+/// accepts (the accepted count plus one, doubling after a draft accepted
+/// whole, within `num_speculative_tokens`), and a sequence whose drafts keep
+/// failing stops drafting for 2, 4, … up to 32 steps (free text, where
+/// lookup rarely guesses, then costs next to nothing).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpecState {
+    /// Tokens to draft next (0: not yet set, `num_speculative_tokens`).
+    pub k: usize,
+    /// Steps left without drafting.
+    pub skip: usize,
+    /// Drafts in a row of which none was accepted.
+    pub misses: u32,
+}
+
+impl SpecState {
+    /// After a draft of `drafted` tokens of which `accepted` were accepted.
+    pub fn update(&mut self, drafted: usize, accepted: usize, max_k: usize) {
+        let k = if accepted == drafted {
+            (drafted * 2).max(1)
+        } else {
+            accepted + 1
+        };
+        self.k = k.clamp(1, max_k.max(1));
+        if accepted == 0 {
+            self.misses += 1;
+            self.skip = 1 << self.misses.min(5);
+        } else {
+            self.misses = 0;
+            self.skip = 0;
+        }
+    }
 }
 
 impl Sequence {
@@ -109,6 +148,8 @@ impl Sequence {
             num_preemptions: 0,
             matcher: None,
             logprobs: Vec::new(),
+            num_draft: 0,
+            spec: Default::default(),
         }
     }
 

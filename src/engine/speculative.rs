@@ -1,0 +1,178 @@
+//! Speculative decoding by prompt lookup (vLLM's `ngram` method, llama.cpp's
+//! `ngram` drafts): before a step, a greedy decoding sequence drafts up to k
+//! tokens by finding its last n tokens earlier in its prompt and output and
+//! copying what followed them; the step computes the pending token and the
+//! drafts as one short chunk with a logits row each; the longest prefix of
+//! drafts that equals the model's own greedy picks is accepted, plus the pick
+//! after it, and the KV of the rejected positions is dropped (the sequence's
+//! computed length is cut back; its trailing blocks are freed).
+//!
+//! Each row's logits are those a plain decode step computes for that
+//! position (the gemm is row-independent and attention's reduction order
+//! depends only on the key count, never on the chunk), so the output is the
+//! same tokens as without speculation, bit for bit.
+
+pub use crate::config::SpeculativeConfig;
+
+use super::scheduler::{Scheduler, SchedulerOutput};
+use super::sequence::SeqStatus;
+pub use super::sequence::SpecState;
+
+/// Drafts for the running greedy sequences that decode next step, appended
+/// to their tokens (`Sequence::num_draft`); at most as many drafted tokens in
+/// all as the step has logits rows to spare (`max_num_seqs` less the running
+/// sequences), none past a sequence's length limit or its `max_tokens`.
+/// Returns the tokens drafted.
+pub(super) fn draft(sched: &mut Scheduler, cfg: &SpeculativeConfig) -> usize {
+    let mut rows = sched.cfg.max_num_seqs.saturating_sub(sched.running.len());
+    let mut drafted = 0;
+    for id in sched.running.clone() {
+        let Some(seq) = sched.seqs.get_mut(&id) else { continue };
+        let decodes = seq.status == SeqStatus::Running && seq.num_computed_tokens + 1 == seq.num_tokens();
+        if rows == 0 || !decodes || seq.params.needs_logits() || seq.matcher.is_some() || seq.num_draft > 0 {
+            continue;
+        }
+        if seq.spec.skip > 0 {
+            seq.spec.skip -= 1;
+            continue;
+        }
+        let want = if seq.spec.k == 0 {
+            cfg.num_speculative_tokens
+        } else {
+            seq.spec.k
+        };
+        let out = seq.num_tokens() - seq.prompt_len;
+        // Drafts the step may use: tokens left to max_tokens (the last pick
+        // is the model's own), and positions left to the length limit.
+        let left = seq.params.max_tokens.map_or(usize::MAX, |m| m.saturating_sub(out + 1));
+        let room = seq.max_total_tokens.saturating_sub(seq.num_tokens() + 1);
+        let k = want.min(cfg.num_speculative_tokens).min(left).min(room).min(rows);
+        if k == 0 {
+            continue;
+        }
+        let d = ngram_draft(&seq.token_ids, cfg.prompt_lookup_min, cfg.prompt_lookup_max, k);
+        seq.num_draft = d.len();
+        seq.token_ids.extend_from_slice(&d);
+        rows -= d.len();
+        drafted += d.len();
+    }
+    drafted
+}
+
+/// After scheduling: a drafting sequence keeps the drafts its chunk covers
+/// (a step's budget may cut it short) and drops the rest, or all of them
+/// where it was not scheduled (preempted, or no budget left).
+pub(super) fn settle(sched: &mut Scheduler, plan: &SchedulerOutput) {
+    for (id, seq) in sched.seqs.iter_mut() {
+        if seq.num_draft == 0 {
+            continue;
+        }
+        let n = plan.scheduled.iter().find(|(s, _)| s == id).map_or(0, |&(_, n)| n);
+        let keep = if n == 0 { 0 } else { seq.num_draft.min(n - 1) };
+        let len = seq.token_ids.len() - (seq.num_draft - keep);
+        seq.token_ids.truncate(len);
+        seq.num_draft = keep;
+    }
+}
+
+/// After the step computed a drafting sequence's pending token and its
+/// drafts (`picks`: the model's greedy token after each of them): drops the
+/// drafts from its tokens, its computed length back to the pending token,
+/// and returns the tokens to emit (the accepted drafts, then the model's own
+/// next token) with how many of them had their KV computed (the accepted).
+pub(super) fn verify(seq: &mut super::sequence::Sequence, picks: &[u32], max_k: usize) -> (Vec<u32>, usize) {
+    let k = seq.num_draft;
+    let pending = seq.token_ids.len() - k;
+    let j = accepted(&seq.token_ids[pending..], picks);
+    seq.spec.update(k, j, max_k);
+    seq.token_ids.truncate(pending);
+    seq.num_computed_tokens = pending;
+    seq.num_draft = 0;
+    (picks[..=j].to_vec(), j)
+}
+
+/// Up to `k` tokens that followed the most recent earlier occurrence of the
+/// last n tokens of `tokens`, for the longest n in `min_n..=max_n` that occurs
+/// (none: empty).
+pub fn ngram_draft(tokens: &[u32], min_n: usize, max_n: usize, k: usize) -> Vec<u32> {
+    let len = tokens.len();
+    for n in (min_n.max(1)..=max_n).rev() {
+        if n >= len {
+            continue;
+        }
+        let tail = &tokens[len - n..];
+        // The latest start i < len - n whose n tokens equal the tail.
+        if let Some(i) = (0..len - n).rev().find(|&i| &tokens[i..i + n] == tail) {
+            let from = i + n;
+            return tokens[from..(from + k).min(len)].to_vec();
+        }
+    }
+    Vec::new()
+}
+
+/// Drafts the model's picks confirm: the length of the longest prefix of
+/// `drafts` where each equals the pick before it (`picks[i]` is the model's
+/// token after the pending token and `drafts[..i]`).
+pub fn accepted(drafts: &[u32], picks: &[u32]) -> usize {
+    drafts.iter().zip(picks).take_while(|(d, p)| d == p).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drafts_copy_what_followed_the_latest_match_of_the_longest_ngram() {
+        // "1 2 3 9" then "1 2 3 7 8", ending in "1 2 3": the latest match wins.
+        let t = [1, 2, 3, 9, 5, 1, 2, 3, 7, 8, 6, 1, 2, 3];
+        assert_eq!(ngram_draft(&t, 2, 4, 3), vec![7, 8, 6]);
+        assert_eq!(ngram_draft(&t, 2, 4, 10), vec![7, 8, 6, 1, 2, 3]);
+        // No earlier occurrence of any tail n-gram: no draft.
+        assert!(ngram_draft(&[1, 2, 3, 4], 1, 3, 4).is_empty());
+        // A shorter n matches where the longer does not.
+        assert_eq!(ngram_draft(&[5, 1, 9, 4, 1], 1, 3, 2), vec![9, 4]);
+        assert!(ngram_draft(&[], 1, 3, 2).is_empty());
+    }
+
+    #[test]
+    fn the_longest_agreeing_prefix_is_accepted() {
+        assert_eq!(accepted(&[4, 5, 6], &[4, 5, 7, 8]), 2);
+        assert_eq!(accepted(&[4, 5, 6], &[3, 5, 6, 8]), 0);
+        assert_eq!(accepted(&[4, 5, 6], &[4, 5, 6, 8]), 3);
+        assert_eq!(accepted(&[], &[1]), 0);
+    }
+
+    #[test]
+    fn the_draft_length_follows_what_is_accepted_and_misses_back_off() {
+        let mut s = SpecState::default();
+        s.update(4, 4, 6);
+        assert_eq!((s.k, s.skip), (6, 0));
+        s.update(6, 2, 6);
+        assert_eq!((s.k, s.skip), (3, 0));
+        s.update(3, 0, 6);
+        assert_eq!((s.k, s.skip, s.misses), (1, 2, 1));
+        s.update(1, 0, 6);
+        assert_eq!((s.k, s.skip), (1, 4));
+        for _ in 0..10 {
+            s.update(1, 0, 6);
+        }
+        assert_eq!(s.skip, 32);
+        s.update(1, 1, 6);
+        assert_eq!((s.k, s.skip, s.misses), (2, 0, 0));
+    }
+
+    #[test]
+    fn configs_are_checked() {
+        let c = SpeculativeConfig::parse(r#"{"method": "ngram", "num_speculative_tokens": 3}"#).unwrap();
+        assert_eq!((c.prompt_lookup_min, c.prompt_lookup_max), (2, 4));
+        for bad in [
+            r#"{"method": "eagle", "num_speculative_tokens": 3}"#,
+            r#"{"num_speculative_tokens": 0}"#,
+            r#"{"num_speculative_tokens": 3, "prompt_lookup_min": 5}"#,
+            r#"{"num_speculative_tokens": 3, "draft": 1}"#,
+            "not json",
+        ] {
+            assert!(SpeculativeConfig::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! Speculative decoding by prompt lookup (`engine::speculative`) on the
+//! default model: greedy output with speculation is the output without it,
+//! token for token, alone and batched, under chunked prefill and preemption,
+//! with the block pool's books balanced after every step; drafts are accepted.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::*;
+use rand::Rng;
+use wllm::config::SpeculativeConfig;
+use wllm::engine::LlmEngine;
+use wllm::{EngineConfig, KvDtype, RequestOutput, SamplingParams};
+
+fn config(kv_tokens: usize, budget: usize, spec: Option<usize>) -> EngineConfig {
+    EngineConfig {
+        model: default_model_path(),
+        kv_cache_memory: Some(kv_tokens as u64 * KvDtype::default().row_bytes(11520)),
+        max_num_batched_tokens: budget,
+        max_num_seqs: 16,
+        max_model_len: Some(kv_tokens.min(512)),
+        speculative: spec.map(|k| SpeculativeConfig {
+            method: "ngram".into(),
+            num_speculative_tokens: k,
+            prompt_lookup_max: 4,
+            prompt_lookup_min: 1,
+        }),
+        ..Default::default()
+    }
+}
+
+fn run_all(core: &mut LlmEngine, reqs: &[(Vec<u32>, SamplingParams)]) -> Vec<Vec<u32>> {
+    let ids: Vec<u64> = reqs
+        .iter()
+        .map(|(p, s)| core.add_request(p.clone(), s.clone()).unwrap())
+        .collect();
+    let mut out: HashMap<u64, Vec<RequestOutput>> = HashMap::new();
+    while core.has_unfinished() {
+        for o in core.step().unwrap() {
+            out.entry(o.id).or_default().push(o);
+        }
+        core.check_blocks().unwrap();
+    }
+    ids.iter()
+        .map(|id| {
+            let outs = out.remove(id).unwrap_or_default();
+            assert_eq!(
+                outs.iter().filter(|o| o.finish_reason.is_some()).count(),
+                1,
+                "one finish"
+            );
+            outs.iter().flat_map(|o| o.token_ids.clone()).collect()
+        })
+        .collect()
+}
+
+/// Prompts that invite copying: a random passage said twice and begun a
+/// third time (the model continues it, so lookup drafts are often right),
+/// and plain random ones (drafts mostly wrong).
+fn requests() -> Vec<(Vec<u32>, SamplingParams)> {
+    let mut r = rng(44);
+    (0..10)
+        .map(|i| {
+            let passage: Vec<u32> = (0..20 + 7 * i).map(|_| r.random_range(100..20000)).collect();
+            let p: Vec<u32> = if i % 3 == 2 {
+                (0..30 + 11 * i).map(|_| r.random_range(100..20000)).collect()
+            } else {
+                let mut p = passage.clone();
+                p.extend(&passage);
+                p.extend(&passage[..5]);
+                p
+            };
+            let mut s = SamplingParams::greedy();
+            s.max_tokens = Some(12 + 5 * i);
+            s.ignore_eos = i % 2 == 0;
+            (p, s)
+        })
+        .collect()
+}
+
+#[test]
+fn greedy_output_with_speculation_is_the_output_without() {
+    let reqs = requests();
+    let ks = &kernels().ctx;
+    let mut plain = LlmEngine::with_context(ks, &config(2048, 512, None)).unwrap();
+    let want: Vec<Vec<u32>> = reqs
+        .iter()
+        .map(|q| run_all(&mut plain, std::slice::from_ref(q)).remove(0))
+        .collect();
+    drop(plain);
+    // Alone, each request with up to 5 drafts a step.
+    let mut spec = LlmEngine::with_context(ks, &config(2048, 512, Some(5))).unwrap();
+    for (i, q) in reqs.iter().enumerate() {
+        assert_eq!(
+            run_all(&mut spec, std::slice::from_ref(q)).remove(0),
+            want[i],
+            "request {i} alone"
+        );
+    }
+    let m = &spec.metrics;
+    eprintln!(
+        "alone: {} drafts, {} tokens drafted, {} accepted, {} steps",
+        m.spec_decode_num_drafts_total,
+        m.spec_decode_num_draft_tokens_total,
+        m.spec_decode_num_accepted_tokens_total,
+        m.num_steps_total
+    );
+    assert!(
+        m.spec_decode_num_accepted_tokens_total > 0,
+        "no draft was ever accepted"
+    );
+    drop(spec);
+    // All together in a pool too small for them (preemption) with 48-token
+    // steps (chunked prefill; budgets that cut drafts short).
+    let mut spec = LlmEngine::with_context(ks, &config(400, 48, Some(7))).unwrap();
+    let got = run_all(&mut spec, &reqs);
+    let m = &spec.metrics;
+    eprintln!(
+        "batched: {} preemptions, {} drafts, {} tokens drafted, {} accepted",
+        m.num_preemptions_total,
+        m.spec_decode_num_drafts_total,
+        m.spec_decode_num_draft_tokens_total,
+        m.spec_decode_num_accepted_tokens_total
+    );
+    assert!(m.num_preemptions_total > 0, "the pool was meant to force preemption");
+    assert!(m.spec_decode_num_accepted_tokens_total > 0);
+    for i in 0..reqs.len() {
+        assert_eq!(got[i], want[i], "request {i} batched");
+    }
+}
+
+#[test]
+fn bad_speculative_configs_are_refused_at_start() {
+    let mut cfg = config(256, 64, Some(4));
+    cfg.speculative.as_mut().unwrap().num_speculative_tokens = 0;
+    let e = LlmEngine::with_context(&kernels().ctx, &cfg).err().expect("refused");
+    assert!(e.to_string().contains("num_speculative_tokens"), "{e}");
+}
