@@ -50,6 +50,11 @@ fn run_all(core: &mut LlmEngine, reqs: &[(Vec<u32>, SamplingParams)]) -> Vec<Vec
                 1,
                 "one finish"
             );
+            let last = outs.last().expect("outputs");
+            assert!(
+                last.finish_reason.is_some() && last.metrics.is_some(),
+                "the last output finishes the request and carries its metrics"
+            );
             outs.iter().flat_map(|o| o.token_ids.clone()).collect()
         })
         .collect()

@@ -553,7 +553,8 @@ impl LlmEngine {
                 }
                 let m = request_metrics(&seq, now);
                 self.record_finished(&m);
-                if let Some(o) = outputs.iter_mut().find(|o| o.id == id) {
+                // The finishing output is its last (a step may emit several tokens of one sequence).
+                if let Some(o) = outputs.iter_mut().rev().find(|o| o.id == id) {
                     o.metrics = Some(m);
                 }
             }
