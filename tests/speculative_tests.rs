@@ -133,6 +133,16 @@ fn greedy_output_with_speculation_is_the_output_without() {
     for i in 0..reqs.len() {
         assert_eq!(got[i], want[i], "request {i} batched");
     }
+    drop(spec);
+    // Three sequences a step at most: drafts only in the rows the running
+    // sequences leave (the unit test `drafts_give_way_…` covers admissions).
+    let mut cfg = config(2048, 512, Some(7));
+    cfg.max_num_seqs = 3;
+    let mut spec = LlmEngine::with_context(ks, &cfg).unwrap();
+    let got = run_all(&mut spec, &reqs);
+    for i in 0..reqs.len() {
+        assert_eq!(got[i], want[i], "request {i}, three rows a step");
+    }
 }
 
 #[test]

@@ -367,8 +367,8 @@ impl LlmEngine {
         if let Some(sc) = &self.speculative {
             super::speculative::draft(&mut self.scheduler, sc);
         }
-        let plan = self.scheduler.schedule_within(tokens);
-        super::speculative::settle(&mut self.scheduler, &plan);
+        let mut plan = self.scheduler.schedule_within(tokens);
+        super::speculative::settle(&mut self.scheduler, &mut plan);
         self.metrics.num_preemptions_total = self.scheduler.num_preemptions;
         self.metrics.prefix_cache_queries_total = self.scheduler.prefix_queries;
         self.metrics.prefix_cache_hits_total = self.scheduler.prefix_hits;

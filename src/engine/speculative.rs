@@ -61,8 +61,10 @@ pub(super) fn draft(sched: &mut Scheduler, cfg: &SpeculativeConfig) -> usize {
 
 /// After scheduling: a drafting sequence keeps the drafts its chunk covers
 /// (a step's budget may cut it short) and drops the rest, or all of them
-/// where it was not scheduled (preempted, or no budget left).
-pub(super) fn settle(sched: &mut Scheduler, plan: &SchedulerOutput) {
+/// where it was not scheduled (preempted, or no budget left); then, where
+/// the sequences admitted this step left fewer logits rows than the drafts
+/// need (`max_num_seqs` rows a step), drafts are dropped until they fit.
+pub(super) fn settle(sched: &mut Scheduler, plan: &mut SchedulerOutput) {
     for (id, seq) in sched.seqs.iter_mut() {
         if seq.num_draft == 0 {
             continue;
@@ -72,6 +74,34 @@ pub(super) fn settle(sched: &mut Scheduler, plan: &SchedulerOutput) {
         let len = seq.token_ids.len() - (seq.num_draft - keep);
         seq.token_ids.truncate(len);
         seq.num_draft = keep;
+    }
+    let rows: usize = plan
+        .scheduled
+        .iter()
+        .map(|&(id, n)| {
+            let s = &sched.seqs[&id];
+            if s.num_computed_tokens + n == s.num_tokens() {
+                1 + s.num_draft
+            } else {
+                0
+            }
+        })
+        .sum();
+    let mut excess = rows.saturating_sub(sched.cfg.max_num_seqs);
+    for (id, n) in plan.scheduled.iter_mut() {
+        if excess == 0 {
+            break;
+        }
+        let Some(seq) = sched.seqs.get_mut(id) else { continue };
+        let cut = seq.num_draft.min(excess);
+        if cut > 0 {
+            let len = seq.token_ids.len() - cut;
+            seq.token_ids.truncate(len);
+            seq.num_draft -= cut;
+            *n -= cut;
+            plan.num_batched_tokens -= cut;
+            excess -= cut;
+        }
     }
 }
 
@@ -159,6 +189,46 @@ mod tests {
         assert_eq!(s.skip, 32);
         s.update(1, 1, 6);
         assert_eq!((s.k, s.skip, s.misses), (2, 0, 0));
+    }
+
+    #[test]
+    fn drafts_give_way_to_the_rows_of_sequences_admitted_beside_them() {
+        use crate::engine::{BlockManager, Scheduler, SchedulerConfig, Sequence};
+        let cfg = SchedulerConfig {
+            max_num_batched_tokens: 64,
+            max_num_seqs: 2,
+            max_model_len: 64,
+        };
+        let mut sched = Scheduler::new(cfg, BlockManager::new(32, 4, false));
+        // `a` has run its prompt and holds one pending token.
+        sched.add(Sequence::new(
+            1,
+            vec![1, 2, 3, 1, 2],
+            crate::SamplingParams::greedy(),
+            64,
+        ));
+        let plan = sched.schedule();
+        assert_eq!(plan.scheduled, vec![(1, 5)]);
+        let a = sched.seqs.get_mut(&1).unwrap();
+        a.num_computed_tokens = 5;
+        a.token_ids.push(3);
+        // `b` waits; one row is spare, so `a` drafts one token ("1 2 3" was followed by "1").
+        sched.add(Sequence::new(2, vec![7, 8, 9], crate::SamplingParams::greedy(), 64));
+        let spec = SpeculativeConfig {
+            method: "ngram".into(),
+            num_speculative_tokens: 3,
+            prompt_lookup_max: 3,
+            prompt_lookup_min: 1,
+        };
+        assert_eq!(draft(&mut sched, &spec), 1);
+        let mut plan = sched.schedule();
+        assert_eq!(plan.scheduled, vec![(1, 2), (2, 3)]);
+        // `b`'s prompt ends this step and samples: two rows for two sequences, no room for the draft.
+        settle(&mut sched, &mut plan);
+        assert_eq!(plan.scheduled, vec![(1, 1), (2, 3)]);
+        assert_eq!(plan.num_batched_tokens, 4);
+        let a = &sched.seqs[&1];
+        assert_eq!((a.num_draft, a.token_ids.len()), (0, 6));
     }
 
     #[test]
