@@ -376,6 +376,13 @@ impl BlockManager {
         released
     }
 
+    /// After a step: registers the full blocks among the first `num_computed`
+    /// tokens and releases the windowed groups' blocks no later token reads.
+    pub fn note_computed(&mut self, table: &mut BlockTable, tokens: &[u32], num_computed: usize) {
+        self.cache_full_blocks(table, tokens, num_computed);
+        self.release_out_of_window(table, num_computed);
+    }
+
     /// Releases the blocks past what `total_tokens` tokens need, tail first
     /// (speculative positions the model rejected; never a registered block:
     /// only computed full blocks are).

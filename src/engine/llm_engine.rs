@@ -473,10 +473,7 @@ impl LlmEngine {
             });
             sched
                 .blocks
-                .cache_full_blocks(&mut seq.block_table, &seq.token_ids, seq.num_computed_tokens);
-            sched
-                .blocks
-                .release_out_of_window(&mut seq.block_table, seq.num_computed_tokens);
+                .note_computed(&mut seq.block_table, &seq.token_ids, seq.num_computed_tokens);
             if seq.num_computed_tokens != seq.num_tokens() {
                 continue;
             }
@@ -537,10 +534,7 @@ impl LlmEngine {
                 let seq = sched.seqs.get_mut(&id).expect("scheduled sequence exists");
                 sched
                     .blocks
-                    .cache_full_blocks(&mut seq.block_table, &seq.token_ids, seq.num_computed_tokens);
-                sched
-                    .blocks
-                    .release_out_of_window(&mut seq.block_table, seq.num_computed_tokens);
+                    .note_computed(&mut seq.block_table, &seq.token_ids, seq.num_computed_tokens);
                 let total = seq.num_tokens();
                 sched.blocks.truncate(&mut seq.block_table, total);
             }

@@ -334,16 +334,7 @@ mod tests {
 
     #[test]
     fn widened_narrow_layouts_are_the_wide_repack_byte_for_byte() {
-        for format in [
-            WeightFormat::Q4_1,
-            WeightFormat::Q5_0,
-            WeightFormat::Q5_1,
-            WeightFormat::Q2_K,
-            WeightFormat::Q3_K,
-            WeightFormat::Q4_K,
-            WeightFormat::Q5_K,
-            WeightFormat::Q6_K,
-        ] {
+        for format in WeightFormat::STORED.into_iter().filter(|f| f.narrow().is_some()) {
             let (n, k) = (3, 512);
             let b = bytes(format, n, k, 7);
             let narrow = super::super::repack(format, &b, n, k).unwrap();
