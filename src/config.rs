@@ -47,7 +47,7 @@ pub struct EngineConfig {
     pub quantize: Option<crate::quant::mix::Mix>,
     /// Steps the trace recorder keeps (a ring of the most recent); 0 records nothing.
     pub trace_steps: usize,
-    /// Speculative decoding of greedy requests (`engine::speculative`); `None`: off.
+    /// Speculative decoding (`engine::speculative`); `None`: off.
     pub speculative: Option<SpeculativeConfig>,
 }
 
@@ -99,6 +99,16 @@ pub struct SpeculativeConfig {
     /// Shortest n-gram matched.
     #[serde(default = "default_min")]
     pub prompt_lookup_min: usize,
+    /// wllm's: draft only as many tokens as the expected acceptance pays for
+    /// at the measured step cost (backs off with large batches on CPU
+    /// adapters); `false` drafts up to `num_speculative_tokens` whatever a
+    /// row costs (what the drafts are then depends on no timing).
+    #[serde(default = "yes")]
+    pub adaptive: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn ngram() -> String {

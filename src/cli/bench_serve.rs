@@ -9,12 +9,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use serde_json::{Value, json};
 use wllm::client;
 use wllm::metrics::percentile;
 
 use super::EngineArgs;
+use super::bench_workload::{self, Workload};
 use super::plot::Level;
 
 #[derive(Args, Clone, Debug)]
@@ -39,6 +40,13 @@ pub struct BenchServeArgs {
     pub num_prompts: Option<usize>,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// What the requests ask: random token ids, copying or editing a passage
+    /// (where speculative decoding by lookup pays), or open chat questions.
+    #[arg(long, value_enum, default_value = "random")]
+    pub workload: Workload,
+    /// A text file the lookup workload takes its passages from (default: wllm's README).
+    #[arg(long)]
+    pub passages: Option<std::path::PathBuf>,
     /// Write the results as JSON.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -70,7 +78,7 @@ async fn one_request(url: String, body: Value) -> anyhow::Result<Sample> {
         if let Some(u) = v.get("usage").and_then(|u| u["completion_tokens"].as_u64()) {
             usage_tokens = Some(u as usize);
         }
-        let text = v["choices"].get(0).and_then(|c| c["text"].as_str()).unwrap_or("");
+        let text = bench_workload::chunk_text(&v);
         if text.is_empty() {
             continue;
         }
@@ -106,6 +114,24 @@ async fn server_peaks(base: &str) -> (Option<f64>, Option<f64>) {
     )
 }
 
+/// wllm's speculative decoding counters on /metrics: drafted and accepted
+/// tokens so far (absent where the server has none).
+async fn spec_counters(base: &str) -> Option<(f64, f64)> {
+    let Ok((200, text)) = client::get(&format!("{base}/metrics")).await else {
+        return None;
+    };
+    let find = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    Some((
+        find("wllm:spec_decode_num_draft_tokens_total")?,
+        find("wllm:spec_decode_num_accepted_tokens_total")?,
+    ))
+}
+
 fn peak_rss() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
     let l = s.lines().find(|l| l.starts_with("VmHWM:"))?;
@@ -115,6 +141,13 @@ fn peak_rss() -> Option<u64> {
 pub fn run(a: &BenchServeArgs) -> anyhow::Result<()> {
     if a.concurrency.is_empty() || a.concurrency.contains(&0) || a.input_len == 0 || a.output_len == 0 {
         bail!("--concurrency levels, --input-len and --output-len must be positive");
+    }
+    let passages = match &a.passages {
+        Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading --passages {}", p.display()))?,
+        None => bench_workload::DEFAULT_PASSAGES.to_string(),
+    };
+    if passages.trim().is_empty() {
+        bail!("--passages: the file has no text to take passages from");
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     if a.base_url.is_some() && a.engine.trace.is_some() {
@@ -157,27 +190,23 @@ pub fn run(a: &BenchServeArgs) -> anyhow::Result<()> {
     let mut levels = Vec::new();
     for &c in &a.concurrency {
         let n = a.num_prompts.unwrap_or(c.max(4));
-        let prompts: Vec<Vec<u32>> = (0..n)
-            .map(|_| (0..a.input_len).map(|_| rng.random_range(1000..30000)).collect())
+        let requests: Vec<(&str, Value)> = (0..n)
+            .map(|_| bench_workload::request(a.workload, &model, a.input_len, a.output_len, &passages, &mut rng))
             .collect();
+        let spec_before = rt.block_on(spec_counters(&base));
         let bar = ProgressBar::new(n as u64);
         bar.set_style(
             ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} requests, {elapsed}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         bar.set_message(format!("concurrency {c:>3}"));
-        let url = format!("{base}/v1/completions");
         let t0 = Instant::now();
         let samples: Vec<anyhow::Result<Sample>> = rt.block_on(async {
             let sem = Arc::new(tokio::sync::Semaphore::new(c));
             let mut tasks = Vec::new();
-            for p in prompts {
+            for (path, body) in requests {
                 let permit = sem.clone().acquire_owned().await.expect("semaphore open");
-                let body = json!({
-                    "model": model, "prompt": p, "max_tokens": a.output_len, "temperature": 0,
-                    "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true},
-                });
-                let (url, bar) = (url.clone(), bar.clone());
+                let (url, bar) = (format!("{base}{path}"), bar.clone());
                 tasks.push(tokio::spawn(async move {
                     let r = one_request(url, body).await;
                     bar.inc(1);
@@ -198,6 +227,11 @@ pub fn run(a: &BenchServeArgs) -> anyhow::Result<()> {
         let itls: Vec<f64> = samples.iter().flat_map(|s| s.itls.clone()).collect();
         let out_tokens: usize = samples.iter().map(|s| s.output_tokens).sum();
         let (alloc, reserved) = rt.block_on(server_peaks(&base));
+        let spec_after = rt.block_on(spec_counters(&base));
+        let acceptance = match (spec_before, spec_after) {
+            (Some((d0, a0)), Some((d1, a1))) if d1 > d0 => Some((a1 - a0) / (d1 - d0)),
+            _ => None,
+        };
         let q = |v: &[f64], p: f64| percentile(v, p).unwrap_or(f64::NAN);
         levels.push(Level {
             concurrency: c,
@@ -212,12 +246,13 @@ pub fn run(a: &BenchServeArgs) -> anyhow::Result<()> {
             peak_gpu_memory_allocated_bytes: alloc,
             peak_gpu_memory_reserved_bytes: reserved,
             peak_rss_bytes: in_process.then(peak_rss).flatten(),
+            spec_acceptance: acceptance,
         });
         std::thread::sleep(Duration::from_millis(100));
     }
     print_table(a, &model, &levels);
     if let Some(p) = &a.json {
-        let j = json!({"model": model, "base_url": a.base_url, "input_len": a.input_len, "output_len": a.output_len, "seed": a.seed, "levels": levels});
+        let j = json!({"model": model, "base_url": a.base_url, "workload": a.workload, "input_len": a.input_len, "output_len": a.output_len, "seed": a.seed, "levels": levels});
         std::fs::write(p, serde_json::to_string_pretty(&j)?).with_context(|| format!("writing {}", p.display()))?;
     }
     if let Some(p) = &a.plot {
@@ -231,17 +266,20 @@ pub fn run(a: &BenchServeArgs) -> anyhow::Result<()> {
 
 fn print_table(a: &BenchServeArgs, model: &str, levels: &[Level]) {
     println!(
-        "model {model}, input {} tokens, output {} tokens",
-        a.input_len, a.output_len
+        "model {model}, workload {:?}, input {} tokens, output {} tokens{}",
+        a.workload,
+        a.input_len,
+        a.output_len,
+        if a.workload == Workload::Random { "" } else { " at most" }
     );
     println!(
-        "| concurrency | requests | output tok/s | req/s | TTFT p50 (s) | TTFT p99 (s) | ITL p50 (ms) | ITL p99 (ms) | peak GPU alloc / reserved (MiB) |"
+        "| concurrency | requests | output tok/s | req/s | TTFT p50 (s) | TTFT p99 (s) | ITL p50 (ms) | ITL p99 (ms) | peak GPU alloc / reserved (MiB) | drafts accepted |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let mib = |b: Option<f64>| b.map_or("n/a".to_string(), |b| format!("{:.0}", b / 1048576.0));
     for l in levels {
         println!(
-            "| {} | {} | {:.1} | {:.2} | {:.3} | {:.3} | {:.1} | {:.1} | {} / {} |",
+            "| {} | {} | {:.1} | {:.2} | {:.3} | {:.3} | {:.1} | {:.1} | {} / {} | {} |",
             l.concurrency,
             l.num_requests,
             l.output_tokens_per_s,
@@ -251,7 +289,9 @@ fn print_table(a: &BenchServeArgs, model: &str, levels: &[Level]) {
             l.itl_p50_s * 1e3,
             l.itl_p99_s * 1e3,
             mib(l.peak_gpu_memory_allocated_bytes),
-            mib(l.peak_gpu_memory_reserved_bytes)
+            mib(l.peak_gpu_memory_reserved_bytes),
+            l.spec_acceptance
+                .map_or("n/a".to_string(), |r| format!("{:.1} %", r * 100.0))
         );
     }
 }

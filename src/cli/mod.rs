@@ -4,6 +4,7 @@ pub mod bench;
 pub mod bench_prefix;
 pub mod bench_serve;
 pub mod bench_soak;
+pub mod bench_workload;
 pub mod chat;
 pub mod generate;
 pub mod info;
@@ -42,9 +43,11 @@ pub struct EngineArgs {
     /// 0.9 on GPUs that report their memory; CPU adapters keep the 512 MiB pool unless given).
     #[arg(long, global = true)]
     pub gpu_memory_utilization: Option<f64>,
-    /// Speculative decoding of greedy requests, as vLLM's JSON: {"method": "ngram",
-    /// "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2} (prompt lookup:
-    /// drafts copied from earlier in the prompt and output, verified in one step; same output).
+    /// Speculative decoding, as vLLM's JSON: {"method": "ngram", "num_speculative_tokens": 4,
+    /// "prompt_lookup_max": 4, "prompt_lookup_min": 2} (prompt lookup: drafts copied from earlier in
+    /// the prompt and output, verified in one step; greedy output unchanged, sampled output verified
+    /// by rejection sampling; not for requests with logprobs or penalties). wllm's "adaptive": true
+    /// (the default) drafts only what the acceptance rate pays for at the measured step cost.
     #[arg(long, global = true)]
     pub speculative_config: Option<String>,
     /// Tokens per KV block.

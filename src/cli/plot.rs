@@ -17,6 +17,8 @@ pub struct Level {
     pub peak_gpu_memory_allocated_bytes: Option<f64>,
     pub peak_gpu_memory_reserved_bytes: Option<f64>,
     pub peak_rss_bytes: Option<u64>,
+    /// Share of drafted tokens accepted (wllm with speculative decoding).
+    pub spec_acceptance: Option<f64>,
 }
 
 /// Two panels side by side, log-spaced x (concurrency).

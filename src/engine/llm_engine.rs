@@ -365,7 +365,8 @@ impl LlmEngine {
             self.scheduler.cfg.max_num_batched_tokens,
         );
         if let Some(sc) = &self.speculative {
-            super::speculative::draft(&mut self.scheduler, sc);
+            let row_cost = super::speculative::row_cost(self.budget.cost.fit(), self.scheduler.decode_rows());
+            super::speculative::draft(&mut self.scheduler, sc, row_cost);
         }
         let mut plan = self.scheduler.schedule_within(tokens);
         super::speculative::settle(&mut self.scheduler, &mut plan);
@@ -464,7 +465,12 @@ impl LlmEngine {
             let spec = (seq.num_draft > 0).then(|| {
                 let k = seq.num_draft;
                 let max_k = self.speculative.as_ref().map_or(k, |c| c.num_speculative_tokens);
-                let (toks, j) = super::speculative::verify(seq, &result.argmax[row..row + k + 1], max_k);
+                let (toks, j) = match result.logits.as_deref().filter(|_| !seq.params.is_greedy()) {
+                    Some(l) => {
+                        super::speculative::verify_sampled(seq, &l[row * vocab..(row + k + 1) * vocab], vocab, max_k)
+                    }
+                    None => super::speculative::verify(seq, &result.argmax[row..row + k + 1], max_k),
+                };
                 row += k + 1;
                 self.metrics.spec_decode_num_drafts_total += 1;
                 self.metrics.spec_decode_num_draft_tokens_total += k as u64;

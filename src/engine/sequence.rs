@@ -91,8 +91,10 @@ pub struct Sequence {
 /// accepts (the accepted count plus one, doubling after a draft accepted
 /// whole, within `num_speculative_tokens`), and a sequence whose drafts keep
 /// failing stops drafting for 2, 4, … up to 32 steps (free text, where
-/// lookup rarely guesses, then costs next to nothing).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// lookup rarely guesses, then costs next to nothing). It also keeps the
+/// share of drafted positions the model confirmed (decaying counts), which
+/// prices a draft against the step's cost (`SpecState::worth`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct SpecState {
     /// Tokens to draft next (0: not yet set, `num_speculative_tokens`).
     pub k: usize,
@@ -100,7 +102,21 @@ pub struct SpecState {
     pub skip: usize,
     /// Drafts in a row of which none was accepted.
     pub misses: u32,
+    /// Drafted positions accepted and tried (a rejected one ends a draft),
+    /// older drafts decaying.
+    pub accepted: f64,
+    pub tried: f64,
 }
+
+/// How fast `SpecState`'s counts forget.
+const RATE_DECAY: f64 = 0.8;
+/// How much more than its cost a draft's expected acceptance must be: the
+/// step cost's linear fit leans on prefill chunks, cheaper a token than
+/// decode rows on CPU adapters (chat at 16 streams on lavapipe lost 5 %
+/// without it).
+const COST_MARGIN: f64 = 1.25;
+/// The acceptance rate assumed before a sequence's first draft is verified.
+pub const PRIOR_RATE: f64 = 0.7;
 
 impl SpecState {
     /// After a draft of `drafted` tokens of which `accepted` were accepted.
@@ -118,6 +134,30 @@ impl SpecState {
             self.misses = 0;
             self.skip = 0;
         }
+        let tried = accepted + usize::from(accepted < drafted);
+        self.accepted = self.accepted * RATE_DECAY + accepted as f64;
+        self.tried = self.tried * RATE_DECAY + tried as f64;
+    }
+
+    /// The chance that a drafted position is accepted, from this sequence's
+    /// drafts so far (`PRIOR_RATE` before any).
+    pub fn rate(&self) -> f64 {
+        (self.accepted + 2.0 * PRIOR_RATE) / (self.tried + 2.0)
+    }
+
+    /// The most drafts (up to `k`) worth their rows in a step where one more
+    /// row costs `row_cost` times what a token the plain step emits costs:
+    /// the i-th draft is accepted with probability rate^i and is worth its
+    /// row while that exceeds `row_cost` with a margin (`COST_MARGIN`; 0:
+    /// rows are free, all `k`).
+    pub fn worth(&self, k: usize, row_cost: f64) -> usize {
+        let rate = self.rate();
+        let (mut n, mut q) = (0, rate);
+        while n < k && q > row_cost * COST_MARGIN {
+            n += 1;
+            q *= rate;
+        }
+        n
     }
 }
 

@@ -9,27 +9,35 @@
 //!
 //! Each row's logits are those a plain decode step computes for that
 //! position (the gemm is row-independent and attention's reduction order
-//! depends only on the key count, never on the chunk), so the output is the
-//! same tokens as without speculation, bit for bit.
+//! depends only on the key count, never on the chunk), so greedy output is
+//! the same tokens as without speculation, bit for bit. Sampled requests
+//! verify by rejection sampling (`sampling::rejection`): each draft is kept
+//! with the probability the request's distribution gives it, and the first
+//! one rejected is replaced by a draw from the rest, so the output follows
+//! the same distribution as without speculation.
 
 pub use crate::config::SpeculativeConfig;
 
 use super::scheduler::{Scheduler, SchedulerOutput};
-use super::sequence::SeqStatus;
 pub use super::sequence::SpecState;
+use super::sequence::{SeqStatus, Sequence};
+use crate::sampling::{self, rejection::Verdict, rejection::accept_or_resample};
 
-/// Drafts for the running greedy sequences that decode next step, appended
-/// to their tokens (`Sequence::num_draft`); at most as many drafted tokens in
+/// Drafts for the running sequences that decode next step, appended to
+/// their tokens (`Sequence::num_draft`); at most as many drafted tokens in
 /// all as the step has logits rows to spare (`max_num_seqs` less the running
-/// sequences), none past a sequence's length limit or its `max_tokens`.
-/// Returns the tokens drafted.
-pub(super) fn draft(sched: &mut Scheduler, cfg: &SpeculativeConfig) -> usize {
+/// sequences), none past a sequence's length limit or its `max_tokens`, and
+/// no more than their expected acceptance pays for at `row_cost` (one more
+/// row's cost over the cost of a token a plain step emits: `row_cost`;
+/// near 1 on a CPU adapter with a large batch, where speculation backs off,
+/// near 0 on a GPU). Returns the tokens drafted.
+pub(super) fn draft(sched: &mut Scheduler, cfg: &SpeculativeConfig, row_cost: f64) -> usize {
     let mut rows = sched.cfg.max_num_seqs.saturating_sub(sched.running.len());
     let mut drafted = 0;
     for id in sched.running.clone() {
         let Some(seq) = sched.seqs.get_mut(&id) else { continue };
         let decodes = seq.status == SeqStatus::Running && seq.num_computed_tokens + 1 == seq.num_tokens();
-        if rows == 0 || !decodes || seq.params.needs_logits() || seq.matcher.is_some() || seq.num_draft > 0 {
+        if rows == 0 || !decodes || !seq.params.speculates() || seq.matcher.is_some() || seq.num_draft > 0 {
             continue;
         }
         if seq.spec.skip > 0 {
@@ -47,6 +55,7 @@ pub(super) fn draft(sched: &mut Scheduler, cfg: &SpeculativeConfig) -> usize {
         let left = seq.params.max_tokens.map_or(usize::MAX, |m| m.saturating_sub(out + 1));
         let room = seq.max_total_tokens.saturating_sub(seq.num_tokens() + 1);
         let k = want.min(cfg.num_speculative_tokens).min(left).min(room).min(rows);
+        let k = if cfg.adaptive { seq.spec.worth(k, row_cost) } else { k };
         if k == 0 {
             continue;
         }
@@ -57,6 +66,19 @@ pub(super) fn draft(sched: &mut Scheduler, cfg: &SpeculativeConfig) -> usize {
         drafted += d.len();
     }
     drafted
+}
+
+/// One more row's cost over the cost of a token a plain step of `decodes`
+/// rows emits, from the fitted step cost `ms = fixed + per_token · tokens`:
+/// per_token · decodes / (fixed + per_token · decodes); 0 before the fit.
+pub(super) fn row_cost(fit: Option<(f64, f64)>, decodes: usize) -> f64 {
+    match fit {
+        Some((fixed, per_token)) if decodes > 0 => {
+            let d = decodes as f64;
+            per_token * d / (fixed + per_token * d)
+        }
+        _ => 0.0,
+    }
 }
 
 /// After scheduling: a drafting sequence keeps the drafts its chunk covers
@@ -110,15 +132,51 @@ pub(super) fn settle(sched: &mut Scheduler, plan: &mut SchedulerOutput) {
 /// drafts from its tokens, its computed length back to the pending token,
 /// and returns the tokens to emit (the accepted drafts, then the model's own
 /// next token) with how many of them had their KV computed (the accepted).
-pub(super) fn verify(seq: &mut super::sequence::Sequence, picks: &[u32], max_k: usize) -> (Vec<u32>, usize) {
+pub(super) fn verify(seq: &mut Sequence, picks: &[u32], max_k: usize) -> (Vec<u32>, usize) {
+    let pending = seq.token_ids.len() - seq.num_draft;
+    let j = accepted(&seq.token_ids[pending..], picks);
+    roll_back(seq, j, max_k);
+    (picks[..=j].to_vec(), j)
+}
+
+/// `verify` for a sampled request, from its rows of logits (`vocab` wide,
+/// one for the pending token and one a draft): each draft accepted or
+/// replaced by rejection sampling in turn, and after drafts all accepted, a
+/// draw from the last row.
+pub(super) fn verify_sampled(seq: &mut Sequence, logits: &[f32], vocab: usize, max_k: usize) -> (Vec<u32>, usize) {
     let k = seq.num_draft;
     let pending = seq.token_ids.len() - k;
-    let j = accepted(&seq.token_ids[pending..], picks);
+    let mut out = Vec::with_capacity(k + 1);
+    for (i, row) in logits.chunks_exact(vocab).take(k + 1).enumerate() {
+        let (ids, probs) = sampling::filtered_probs(row, &seq.params);
+        if i == k {
+            out.push(ids[sampling::draw(&probs, &mut seq.rng)] as u32);
+            break;
+        }
+        let d = seq.token_ids[pending + i];
+        match accept_or_resample(&ids, &probs, d, &mut seq.rng) {
+            Verdict::Accepted => out.push(d),
+            Verdict::Resampled(t) => {
+                out.push(t);
+                break;
+            }
+        }
+    }
+    let j = out.len().saturating_sub(1);
+    roll_back(seq, j, max_k);
+    (out, j)
+}
+
+/// Drops a verified sequence's drafts from its tokens and its computed
+/// length back to the pending token, and adapts its draft length to the
+/// `j` accepted.
+fn roll_back(seq: &mut Sequence, j: usize, max_k: usize) {
+    let k = seq.num_draft;
+    let pending = seq.token_ids.len() - k;
     seq.spec.update(k, j, max_k);
     seq.token_ids.truncate(pending);
     seq.num_computed_tokens = pending;
     seq.num_draft = 0;
-    (picks[..=j].to_vec(), j)
 }
 
 /// Up to `k` tokens that followed the most recent earlier occurrence of the
@@ -192,6 +250,32 @@ mod tests {
     }
 
     #[test]
+    fn drafts_are_priced_against_the_step() {
+        let mut s = SpecState::default();
+        // Before any draft: the prior rate 0.7; with the margin, 0.7^3 = 0.34 > 1.25 · 0.25 > 0.7^4.
+        assert_eq!(s.worth(8, 0.25), 3);
+        assert_eq!(s.worth(2, 0.25), 2);
+        assert_eq!(s.worth(8, 0.0), 8);
+        assert_eq!(s.worth(8, 0.6), 0);
+        // Drafts accepted whole raise the rate; one rejected at once lowers it.
+        for _ in 0..10 {
+            s.update(4, 4, 8);
+        }
+        assert!(s.rate() > 0.9 && s.worth(8, 0.3) == 8, "{}", s.rate());
+        for _ in 0..20 {
+            s.update(4, 0, 8);
+        }
+        assert!(s.rate() < 0.25 && s.worth(8, 0.3) == 0, "{}", s.rate());
+        // A one-row step on a CPU adapter (fixed 20 ms, 10 ms a row): a row
+        // costs a third of a token; sixteen rows: most of one.
+        assert!((row_cost(Some((20.0, 10.0)), 1) - 1.0 / 3.0).abs() < 1e-12);
+        assert!(row_cost(Some((20.0, 10.0)), 16) > 0.85);
+        assert_eq!(row_cost(None, 4), 0.0);
+        // A GPU: rows next to free.
+        assert!(row_cost(Some((8.0, 0.01)), 16) < 0.02);
+    }
+
+    #[test]
     fn drafts_give_way_to_the_rows_of_sequences_admitted_beside_them() {
         use crate::engine::{BlockManager, Scheduler, SchedulerConfig, Sequence};
         let cfg = SchedulerConfig {
@@ -219,8 +303,9 @@ mod tests {
             num_speculative_tokens: 3,
             prompt_lookup_max: 3,
             prompt_lookup_min: 1,
+            adaptive: true,
         };
-        assert_eq!(draft(&mut sched, &spec), 1);
+        assert_eq!(draft(&mut sched, &spec, 0.0), 1);
         let mut plan = sched.schedule();
         assert_eq!(plan.scheduled, vec![(1, 2), (2, 3)]);
         // `b`'s prompt ends this step and samples: two rows for two sequences, no room for the draft.

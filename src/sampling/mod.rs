@@ -6,6 +6,7 @@ use rand::{Rng, SeedableRng};
 
 pub mod constraint;
 mod params;
+pub mod rejection;
 
 pub use params::{DEFAULT_MAX_TOKENS, SamplingOverrides, SamplingParams};
 
@@ -61,6 +62,16 @@ impl SamplingParams {
 
     pub fn is_greedy(&self) -> bool {
         self.temperature == 0.0
+    }
+
+    /// Whether speculative decoding may draft for this request: greedy or
+    /// plain sampling (temperature, top-k/p, min-p); not with logprobs or
+    /// penalties, whose every row depends on the tokens accepted before it.
+    pub fn speculates(&self) -> bool {
+        self.logprobs.is_none()
+            && self.repetition_penalty == 1.0
+            && self.presence_penalty == 0.0
+            && self.frequency_penalty == 0.0
     }
 
     /// Whether the logits row must come to the CPU (anything but argmax; a
@@ -185,15 +196,22 @@ pub fn sample(
     (token as u32, lp)
 }
 
-/// Temperature, then top-k, top-p and min-p filtering, then a draw.
-fn sample_filtered(logits: &[f32], p: &SamplingParams, rng: &mut StdRng) -> usize {
+/// The distribution a sampled request draws from: temperature, then top-k,
+/// top-p and min-p filtering of `logits` (penalties already applied), as
+/// token ids in order of falling probability and their probabilities
+/// (summing to 1).
+pub fn filtered_probs(logits: &[f32], p: &SamplingParams) -> (Vec<usize>, Vec<f64>) {
     let t = p.temperature as f64;
     let mut idx: Vec<usize> = (0..logits.len()).filter(|&i| !logits[i].is_nan()).collect();
     idx.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
     if p.top_k > 0 {
         idx.truncate(p.top_k);
     }
-    let m = logits[idx[0]] as f64;
+    let Some(&top) = idx.first() else {
+        // Every logit NaN: token 0, as argmax gives.
+        return (vec![0], vec![1.0]);
+    };
+    let m = logits[top] as f64;
     let mut probs: Vec<f64> = idx.iter().map(|&i| ((logits[i] as f64 - m) / t).exp()).collect();
     let total: f64 = probs.iter().sum();
     probs.iter_mut().for_each(|q| *q /= total);
@@ -216,13 +234,26 @@ fn sample_filtered(logits: &[f32], p: &SamplingParams, rng: &mut StdRng) -> usiz
         let keep = probs.iter().take_while(|&&q| q >= floor).count().max(1);
         probs.truncate(keep);
     }
+    idx.truncate(probs.len());
     let total: f64 = probs.iter().sum();
-    let mut r = rng.random::<f64>() * total;
+    probs.iter_mut().for_each(|q| *q /= total);
+    (idx, probs)
+}
+
+/// A draw from `probs` (summing to 1 up to rounding): the index into it.
+pub fn draw(probs: &[f64], rng: &mut StdRng) -> usize {
+    let mut r = rng.random::<f64>() * probs.iter().sum::<f64>();
     for (i, q) in probs.iter().enumerate() {
         r -= q;
         if r < 0.0 {
-            return idx[i];
+            return i;
         }
     }
-    idx[probs.len() - 1]
+    probs.len().saturating_sub(1)
+}
+
+/// Temperature, then top-k, top-p and min-p filtering, then a draw.
+fn sample_filtered(logits: &[f32], p: &SamplingParams, rng: &mut StdRng) -> usize {
+    let (idx, probs) = filtered_probs(logits, p);
+    idx[draw(&probs, rng)]
 }
