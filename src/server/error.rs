@@ -72,6 +72,15 @@ impl IntoResponse for ApiError {
                 code: Some(self.status.as_u16().to_string()),
             },
         };
-        (self.status, axum::Json(body)).into_response()
+        let mut r = (self.status, axum::Json(body)).into_response();
+        // The unread rest of a body too large or too slow is not waited for:
+        // the connection ends after this answer.
+        if matches!(self.status, StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT) {
+            r.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+        }
+        r
     }
 }

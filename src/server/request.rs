@@ -1,6 +1,8 @@
 //! Reading a request body as the API accepts it: `Content-Type:
 //! application/json` (else 415, so that a web page cannot make a "simple"
-//! cross-origin POST), at most `max_body_bytes` (413), read within
+//! cross-origin POST), at most `max_body_bytes` (413 at once: for a declared
+//! length over it before reading, else as soon as what arrived passes it),
+//! read within
 //! `body_timeout` (408); then parsed as JSON and checked for parameters wllm
 //! does not implement (a 400 naming them, never silently ignored).
 
@@ -30,6 +32,16 @@ pub async fn json_body(s: &AppState, headers: &HeaderMap, body: Body) -> Result<
         });
     }
     let limit = s.cfg.max_body_bytes;
+    // A declared length over the limit is refused before any of it is read.
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(n) = declared.filter(|&n| n > limit as u64) {
+        return Err(too_large(format!(
+            "the request body ({n} bytes) is over the limit of {limit} bytes"
+        )));
+    }
     let bytes: Bytes = match tokio::time::timeout(s.cfg.body_timeout, axum::body::to_bytes(body, limit)).await {
         Err(_) => {
             return Err(ApiError {
@@ -40,12 +52,9 @@ pub async fn json_body(s: &AppState, headers: &HeaderMap, body: Body) -> Result<
             });
         }
         Ok(Err(e)) => {
-            return Err(ApiError {
-                status: StatusCode::PAYLOAD_TOO_LARGE,
-                kind: "invalid_request_error",
-                message: format!("the request body is over the limit of {limit} bytes ({e})"),
-                param: None,
-            });
+            return Err(too_large(format!(
+                "the request body is over the limit of {limit} bytes ({e})"
+            )));
         }
         Ok(Ok(b)) => b,
     };
@@ -56,6 +65,17 @@ pub async fn json_body(s: &AppState, headers: &HeaderMap, body: Body) -> Result<
     }
     unsupported(&v)?;
     Ok(v)
+}
+
+/// A 413. The server closes the connection after it (`server::listener`
+/// sees the `connection: close`), the rest of the body unread.
+fn too_large(message: String) -> ApiError {
+    ApiError {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        kind: "invalid_request_error",
+        message,
+        param: None,
+    }
 }
 
 /// Parameters OpenAI or vLLM define that wllm does not implement yet, with
