@@ -372,3 +372,53 @@ impl Metrics {
         s
     }
 }
+
+/// `text` (wllm's /metrics) followed by the same series under vLLM's own
+/// `vllm:` names, as routers and endpoint pickers built for vLLM scrape them
+/// (`vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`,
+/// `vllm:prefix_cache_hits_total`, …), and the older
+/// `vllm:gpu_cache_usage_perc` beside `vllm:kv_cache_usage_perc`.
+pub fn with_vllm_names(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 2 + 256);
+    out.push_str(text);
+    let mut older = String::new();
+    for line in text.lines() {
+        let renamed = line.replace("wllm:", "vllm:");
+        out.push_str(&renamed);
+        out.push('\n');
+        if renamed.contains("vllm:kv_cache_usage_perc") {
+            older.push_str(&renamed.replace("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"));
+            older.push('\n');
+        }
+    }
+    out.push_str(&older);
+    out
+}
+
+#[cfg(test)]
+mod vllm_name_tests {
+    use super::*;
+
+    #[test]
+    fn every_series_also_goes_under_vllms_names() {
+        let m = Metrics::default();
+        let text = m.to_prometheus("m");
+        let both = with_vllm_names(&text);
+        for name in [
+            "num_requests_waiting",
+            "num_requests_running",
+            "kv_cache_usage_perc",
+            "prefix_cache_queries_total",
+            "prefix_cache_hits_total",
+            "time_to_first_token_seconds_bucket",
+        ] {
+            assert!(both.contains(&format!("wllm:{name}{{")), "{name}");
+            assert!(both.contains(&format!("vllm:{name}{{")), "{name}");
+        }
+        assert!(both.contains("vllm:gpu_cache_usage_perc{model_name=\"m\"} 0"));
+        assert!(both.contains("# TYPE vllm:gpu_cache_usage_perc gauge"));
+        // As many vllm: series as wllm: ones, plus the older alias.
+        let count = |p: &str| both.lines().filter(|l| l.starts_with(p)).count();
+        assert_eq!(count("vllm:"), count("wllm:") + 1);
+    }
+}

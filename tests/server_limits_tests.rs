@@ -630,3 +630,83 @@ fn idle_sockets_past_the_open_file_limit_do_not_lock_out_a_new_client() {
         drop(idle);
     });
 }
+
+/// SIGTERM (what Kubernetes and systemd send) stops `wllm serve` gracefully:
+/// a stream in progress runs to its end, new connections are refused, and
+/// the process exits 0 once it is done. Before, SIGTERM killed the process
+/// with the stream half sent.
+#[cfg(target_os = "linux")]
+#[test]
+fn sigterm_lets_the_stream_in_progress_finish() {
+    let dir = test_dir("limits_sigterm");
+    let model = write_tiny_gguf(&dir, "tiny.gguf", &TinySpec::default(), &mut rng(3));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_wllm"))
+        .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string(), "--model"])
+        .arg(&model)
+        .args(["--kv-cache-memory", "2097152", "--max-model-len", "512"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start wllm serve");
+    let pid = child.id() as i32;
+    let a: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (events, ended) = rt.block_on(async {
+        let t = Instant::now();
+        loop {
+            if TcpStream::connect(a).await.is_ok()
+                && let Ok((200, _, _)) =
+                    tokio::time::timeout(Duration::from_secs(5), http(a, "GET", "/health", &[], "")).await
+            {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(120), "wllm serve did not start");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let body = r#"{"prompt": [1, 2, 3], "max_tokens": 200, "ignore_eos": true, "stream": true}"#;
+        let mut s = TcpStream::connect(a).await.unwrap();
+        let req = format!(
+            "POST /v1/completions HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        // The first event, then SIGTERM.
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&got).contains("data: {") {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the stream ended before its first event");
+            got.extend_from_slice(&buf[..n]);
+        }
+        // SAFETY: kill sends a signal to the child this test started; no memory is involved.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let refused = TcpStream::connect(a).await.is_err();
+        let ended = tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut got)).await;
+        assert!(ended.is_ok(), "the stream did not end within 60 s of SIGTERM");
+        let text = String::from_utf8_lossy(&got).to_string();
+        let events = text.matches("data: {").count();
+        (events, (text.contains("data: [DONE]"), refused))
+    });
+    let (done, refused) = ended;
+    assert!(done, "the stream was cut off by SIGTERM after {events} events");
+    assert!(events >= 100, "only {events} events before [DONE]");
+    assert!(refused, "a new connection was accepted after SIGTERM");
+    let t = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "wllm serve did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "wllm serve exited with {status} after SIGTERM");
+}

@@ -302,3 +302,50 @@ fn concurrent_streams_each_match_the_solo_output() {
     });
     assert_eq!(got, want);
 }
+
+/// `vllm_metric_names` (`--vllm-metric-names`): /metrics also carries every
+/// series under vLLM's names with the same values (what vllm-router and
+/// llm-d scrape), and the older `vllm:gpu_cache_usage_perc`; without it, no
+/// `vllm:` series.
+#[test]
+fn metrics_under_vllms_names_on_request() {
+    let s = start("server_vllm_names", 64);
+    let cfg = ServerConfig {
+        served_model_name: "tiny".into(),
+        vllm_metric_names: true,
+        ..Default::default()
+    };
+    let (rt2, addr) = serve_in_background(&s.engine, cfg);
+    let b = format!("http://{addr}");
+    rt2.block_on(async {
+        let body = json!({"model": "tiny", "prompt": "hello", "max_tokens": 3});
+        let (st, _) = post_json(&format!("{b}/v1/completions"), &body).await.unwrap();
+        assert_eq!(st, 200);
+        let (_, m) = get(&format!("{b}/metrics")).await.unwrap();
+        let value = |name: &str| -> String {
+            let line = m
+                .lines()
+                .find(|l| l.starts_with(name))
+                .unwrap_or_else(|| panic!("/metrics lacks {name}"));
+            line.rsplit(' ').next().unwrap().to_string()
+        };
+        for name in [
+            "num_requests_waiting",
+            "num_requests_running",
+            "kv_cache_usage_perc",
+            "prefix_cache_queries_total",
+            "prefix_cache_hits_total",
+            "generation_tokens_total",
+        ] {
+            assert_eq!(
+                value(&format!("vllm:{name}{{")),
+                value(&format!("wllm:{name}{{")),
+                "{name}"
+            );
+        }
+        assert_eq!(value("vllm:gpu_cache_usage_perc{"), value("wllm:kv_cache_usage_perc{"));
+        assert_eq!(value("vllm:generation_tokens_total{"), "3");
+        let (_, plain) = get(&format!("{}/metrics", s.base)).await.unwrap();
+        assert!(!plain.contains("vllm:"), "vllm: names without the flag");
+    });
+}

@@ -28,6 +28,11 @@ pub struct ServeArgs {
     /// Serve /metrics and the engine page's data (/engine/state, /engine/trace) without the API key.
     #[arg(long)]
     pub metrics_public: bool,
+    /// /metrics also under vLLM's own names (vllm:num_requests_waiting, vllm:kv_cache_usage_perc,
+    /// vllm:gpu_cache_usage_perc, vllm:prefix_cache_hits_total, ...), for routers and endpoint pickers
+    /// built for vLLM (vllm-router, llm-d).
+    #[arg(long)]
+    pub vllm_metric_names: bool,
     /// Origins web pages may call the API from (CORS), comma-separated; `*` for any. None by default.
     #[arg(long, value_delimiter = ',')]
     pub allowed_origins: Vec<String>,
@@ -45,6 +50,10 @@ pub struct ServeArgs {
     /// Largest request body in bytes (413 beyond).
     #[arg(long, default_value_t = 32 << 20)]
     pub max_body_bytes: usize,
+    /// On Ctrl-C or SIGTERM: seconds the requests in progress may take to finish (new connections
+    /// are refused meanwhile) before the server exits.
+    #[arg(long, default_value_t = 30)]
+    pub shutdown_timeout: u64,
 }
 
 /// The default served name of a model path.
@@ -78,6 +87,8 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         head_timeout: std::time::Duration::from_secs(a.head_timeout.max(1)),
         body_timeout: std::time::Duration::from_secs(a.body_timeout.max(1)),
         max_body_bytes: a.max_body_bytes,
+        vllm_metric_names: a.vllm_metric_names,
+        shutdown_timeout: std::time::Duration::from_secs(a.shutdown_timeout),
     };
     if cfg.api_key.is_none() && !a.host.starts_with("127.") && a.host != "localhost" && a.host != "::1" {
         eprintln!(

@@ -108,6 +108,27 @@ impl Conns {
         self.open.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
     }
 
+    /// Shutting down: every connection closes once its request in progress
+    /// (if any) has been answered; returns when all have, or at `timeout`.
+    async fn drain(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = {
+                let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+                for c in open.values() {
+                    if !c.closing.swap(true, Ordering::AcqRel) {
+                        c.close.notify_one();
+                    }
+                }
+                open.len()
+            };
+            if left == 0 || Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Asks the connection idle longest to close; its slot will come through
     /// the receiver. None where no connection is idle.
     fn close_oldest_idle(&self) -> Option<oneshot::Receiver<OwnedSemaphorePermit>> {
@@ -226,12 +247,15 @@ async fn refuse(mut stream: TcpStream) {
     .await;
 }
 
-/// Serves `app` on `listener` until `shutdown` resolves.
+/// Serves `app` on `listener` until `shutdown` resolves; then stops
+/// accepting, lets the requests in progress finish (for at most
+/// `drain_timeout`) and closes every connection.
 pub async fn run(
     listener: TcpListener,
     app: axum::Router,
     max_connections: usize,
     head_timeout: Duration,
+    drain_timeout: Duration,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(max_connections));
@@ -240,7 +264,11 @@ pub async fn run(
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
-            () = &mut shutdown => return Ok(()),
+            () = &mut shutdown => {
+                drop(listener);
+                conns.drain(drain_timeout).await;
+                return Ok(());
+            }
         };
         let stream = match accepted {
             Ok((s, _)) => s,

@@ -57,6 +57,10 @@ pub struct ServerConfig {
     pub body_timeout: Duration,
     /// Largest request body (413 beyond).
     pub max_body_bytes: usize,
+    /// /metrics also under vLLM's `vllm:` names (for routers built for vLLM).
+    pub vllm_metric_names: bool,
+    /// On Ctrl-C or SIGTERM, how long requests in progress may take to finish.
+    pub shutdown_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -72,6 +76,8 @@ impl Default for ServerConfig {
             head_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(30),
             max_body_bytes: 32 << 20,
+            vllm_metric_names: false,
+            shutdown_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -167,23 +173,40 @@ pub async fn serve(engine: Engine, cfg: ServerConfig, addr: SocketAddr) -> std::
     serve_on(listener, engine, cfg).await
 }
 
-/// Serves on a bound listener until Ctrl-C.
+/// Serves on a bound listener until Ctrl-C or SIGTERM (then drains: see
+/// `serve_until`).
 pub async fn serve_on(listener: tokio::net::TcpListener, engine: Engine, cfg: ServerConfig) -> std::io::Result<()> {
-    serve_until(listener, engine, cfg, async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await
+    serve_until(listener, engine, cfg, stop_signal()).await
 }
 
-/// Serves on a bound listener until `shutdown` resolves.
+/// Ctrl-C, or SIGTERM where there is one (what a service manager or
+/// Kubernetes sends to stop a process).
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Serves on a bound listener until `shutdown` resolves; then stops
+/// accepting and lets the requests in progress finish, for at most
+/// `cfg.shutdown_timeout`.
 pub async fn serve_until(
     listener: tokio::net::TcpListener,
     engine: Engine,
     cfg: ServerConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let (max, head) = (cfg.max_connections, cfg.head_timeout);
-    listener::run(listener, router(engine, cfg), max, head, shutdown).await
+    let (max, head, drain) = (cfg.max_connections, cfg.head_timeout, cfg.shutdown_timeout);
+    listener::run(listener, router(engine, cfg), max, head, drain, shutdown).await
 }
 
 fn model_card(s: &AppState) -> serde_json::Value {
@@ -215,11 +238,15 @@ async fn model_by_id(State(s): State<Arc<AppState>>, axum::extract::Path(id): ax
 async fn metrics(State(s): State<Arc<AppState>>) -> Response {
     let engine = s.engine.clone();
     match tokio::task::spawn_blocking(move || engine.metrics()).await {
-        Ok(Ok(m)) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            m.to_prometheus(&s.cfg.served_model_name),
-        )
-            .into_response(),
+        Ok(Ok(m)) => {
+            let text = m.to_prometheus(&s.cfg.served_model_name);
+            let text = if s.cfg.vllm_metric_names {
+                crate::metrics::with_vllm_names(&text)
+            } else {
+                text
+            };
+            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+        }
         Ok(Err(e)) => ApiError::from(e).into_response(),
         Err(e) => ApiError::internal(e.to_string()).into_response(),
     }
