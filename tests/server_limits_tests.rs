@@ -537,16 +537,11 @@ fn a_body_over_the_limit_is_refused_promptly_however_it_is_sent() {
     });
 }
 
-/// Under systemd's default open-file limit (soft and hard both 1,024, so
-/// the server cannot raise it), 1,073 idle sockets do not stop a new client
-/// from being answered: the server caps its connections below the limit and
-/// closes the ones idle longest to make room. `wllm serve` runs as its own
-/// process under that limit; its descriptors stay below it throughout.
+/// A `wllm serve` process on the tiny model at a free local port (not yet
+/// started), and its address.
 #[cfg(target_os = "linux")]
-#[test]
-fn idle_sockets_past_the_open_file_limit_do_not_lock_out_a_new_client() {
-    use std::os::unix::process::CommandExt;
-    let dir = test_dir("limits_nofile");
+fn serve_command(name: &str, max_model_len: &str) -> (std::process::Command, std::net::SocketAddr) {
+    let dir = test_dir(name);
     let model = write_tiny_gguf(&dir, "tiny.gguf", &TinySpec::default(), &mut rng(3));
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -556,9 +551,38 @@ fn idle_sockets_past_the_open_file_limit_do_not_lock_out_a_new_client() {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_wllm"));
     cmd.args(["serve", "--host", "127.0.0.1", "--port", &port.to_string(), "--model"])
         .arg(&model)
-        .args(["--kv-cache-memory", "2097152", "--max-model-len", "256"])
+        .args(["--kv-cache-memory", "2097152", "--max-model-len", max_model_len])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
+    (cmd, format!("127.0.0.1:{port}").parse().unwrap())
+}
+
+/// Waits (at most 120 s) until the server at `a` answers /health.
+#[cfg(target_os = "linux")]
+async fn wait_serving(a: std::net::SocketAddr) {
+    let t = Instant::now();
+    loop {
+        if TcpStream::connect(a).await.is_ok()
+            && let Ok((200, _, _)) =
+                tokio::time::timeout(Duration::from_secs(5), http(a, "GET", "/health", &[], "")).await
+        {
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(120), "wllm serve did not start");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Under systemd's default open-file limit (soft and hard both 1,024, so
+/// the server cannot raise it), 1,073 idle sockets do not stop a new client
+/// from being answered: the server caps its connections below the limit and
+/// closes the ones idle longest to make room. `wllm serve` runs as its own
+/// process under that limit; its descriptors stay below it throughout.
+#[cfg(target_os = "linux")]
+#[test]
+fn idle_sockets_past_the_open_file_limit_do_not_lock_out_a_new_client() {
+    use std::os::unix::process::CommandExt;
+    let (mut cmd, a) = serve_command("limits_nofile", "256");
     // SAFETY: the closure runs in the forked child before exec and calls
     // only setrlimit, which is async-signal-safe, on a local struct.
     unsafe {
@@ -583,7 +607,6 @@ fn idle_sockets_past_the_open_file_limit_do_not_lock_out_a_new_client() {
     let server = Kill(cmd.spawn().expect("start wllm serve"));
     let pid = server.0.id();
     let fds = || std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
-    let a: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     // This process holds the 1,073 sockets: its own limit raised.
     let ours = wllm::server::listener::raise_nofile_limit().unwrap_or(0);
     assert!(
@@ -592,17 +615,7 @@ fn idle_sockets_past_the_open_file_limit_do_not_lock_out_a_new_client() {
     );
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let t = Instant::now();
-        loop {
-            if TcpStream::connect(a).await.is_ok()
-                && let Ok((200, _, _)) =
-                    tokio::time::timeout(Duration::from_secs(5), http(a, "GET", "/health", &[], "")).await
-            {
-                break;
-            }
-            assert!(t.elapsed() < Duration::from_secs(120), "wllm serve did not start");
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        wait_serving(a).await;
         let mut idle = Vec::new();
         let mut most = 0;
         for i in 0..1073 {
@@ -638,36 +651,12 @@ fn idle_sockets_past_the_open_file_limit_do_not_lock_out_a_new_client() {
 #[cfg(target_os = "linux")]
 #[test]
 fn sigterm_lets_the_stream_in_progress_finish() {
-    let dir = test_dir("limits_sigterm");
-    let model = write_tiny_gguf(&dir, "tiny.gguf", &TinySpec::default(), &mut rng(3));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_wllm"))
-        .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string(), "--model"])
-        .arg(&model)
-        .args(["--kv-cache-memory", "2097152", "--max-model-len", "512"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start wllm serve");
+    let (mut cmd, a) = serve_command("limits_sigterm", "512");
+    let mut child = cmd.spawn().expect("start wllm serve");
     let pid = child.id() as i32;
-    let a: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (events, ended) = rt.block_on(async {
-        let t = Instant::now();
-        loop {
-            if TcpStream::connect(a).await.is_ok()
-                && let Ok((200, _, _)) =
-                    tokio::time::timeout(Duration::from_secs(5), http(a, "GET", "/health", &[], "")).await
-            {
-                break;
-            }
-            assert!(t.elapsed() < Duration::from_secs(120), "wllm serve did not start");
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        wait_serving(a).await;
         let body = r#"{"prompt": [1, 2, 3], "max_tokens": 200, "ignore_eos": true, "stream": true}"#;
         let mut s = TcpStream::connect(a).await.unwrap();
         let req = format!(
