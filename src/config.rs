@@ -84,13 +84,18 @@ impl Default for EngineConfig {
     }
 }
 
-/// How to speculate (vLLM's `speculative_config` shape for `ngram`).
+/// How to speculate (vLLM's `speculative_config` shape for `ngram` and `draft_model`).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SpeculativeConfig {
-    /// Drafting method: `ngram` (prompt lookup) only.
-    #[serde(default = "ngram")]
+    /// Drafting method: `ngram` (prompt lookup) or `draft_model` (a smaller
+    /// model of the same vocabulary, `model`). Left out: `draft_model` where
+    /// `model` is given, else `ngram` (as vLLM infers it).
+    #[serde(default)]
     pub method: String,
+    /// The draft model's file (GGUF, or a Hugging Face directory) for `draft_model`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<std::path::PathBuf>,
     /// Most tokens drafted a step for a sequence.
     pub num_speculative_tokens: usize,
     /// Longest n-gram matched against the earlier tokens.
@@ -111,9 +116,6 @@ fn yes() -> bool {
     true
 }
 
-fn ngram() -> String {
-    "ngram".into()
-}
 fn default_max() -> usize {
     4
 }
@@ -122,26 +124,69 @@ fn default_min() -> usize {
 }
 
 impl SpeculativeConfig {
+    /// Prompt lookup drafting `k` tokens at most (lookup n-grams 2 to 4).
+    pub fn ngram(k: usize) -> Self {
+        Self {
+            method: "ngram".into(),
+            model: None,
+            num_speculative_tokens: k,
+            prompt_lookup_max: default_max(),
+            prompt_lookup_min: default_min(),
+            adaptive: true,
+        }
+    }
+
+    /// A draft model at `path` drafting `k` tokens at most.
+    pub fn draft_model(path: impl Into<std::path::PathBuf>, k: usize) -> Self {
+        Self {
+            method: "draft_model".into(),
+            model: Some(path.into()),
+            ..Self::ngram(k)
+        }
+    }
+
+    /// Whether drafts come from a draft model (else from prompt lookup).
+    pub fn uses_draft_model(&self) -> bool {
+        self.method == "draft_model"
+    }
+
     /// Parses vLLM's JSON form (`{"method": "ngram", "num_speculative_tokens": 4, ...}`),
     /// checking the values.
     pub fn parse(s: &str) -> Result<Self, String> {
-        let c: Self = serde_json::from_str(s).map_err(|e| {
+        let mut c: Self = serde_json::from_str(s).map_err(|e| {
             format!(
                 "--speculative-config: {e}; expected e.g. {{\"method\": \"ngram\", \"num_speculative_tokens\": 4, \
-                 \"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}}"
+                 \"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}} or {{\"model\": \"draft.gguf\", \
+                 \"num_speculative_tokens\": 4}}"
             )
         })?;
+        if c.method.is_empty() {
+            c.method = if c.model.is_some() { "draft_model" } else { "ngram" }.into();
+        }
         c.check()?;
         Ok(c)
     }
 
     /// Refuses values that cannot draft.
     pub fn check(&self) -> Result<(), String> {
-        if self.method != "ngram" {
-            return Err(format!(
-                "speculative method {:?} is not supported; use \"ngram\" (prompt lookup)",
-                self.method
-            ));
+        match (self.method.as_str(), &self.model) {
+            ("ngram", None) | ("draft_model", Some(_)) => {}
+            ("ngram", Some(_)) => {
+                return Err(
+                    "speculative method \"ngram\" takes no \"model\"; for a draft model use \
+                            \"method\": \"draft_model\""
+                        .into(),
+                );
+            }
+            ("draft_model", None) => {
+                return Err("speculative method \"draft_model\" needs \"model\": the draft model's file".into());
+            }
+            (m, _) => {
+                return Err(format!(
+                    "speculative method {m:?} is not supported; use \"ngram\" (prompt lookup) or \"draft_model\" \
+                     (with \"model\")"
+                ));
+            }
         }
         if self.num_speculative_tokens == 0 || self.num_speculative_tokens > 64 {
             return Err(format!(
@@ -156,6 +201,83 @@ impl SpeculativeConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// A request's own speculation settings (its body's `speculative_config`, in
+/// the engine flag's shape less `model`): each field given replaces the
+/// engine's. `num_speculative_tokens: 0` turns speculation off for the
+/// request; on an engine started without speculation, the request turns on
+/// prompt lookup for itself (it costs no memory); `draft_model` needs an
+/// engine started with one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestSpeculation {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_speculative_tokens: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_lookup_max: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_lookup_min: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<bool>,
+}
+
+/// Tokens a request drafts a step where it turns speculation on itself and names no count.
+pub const DEFAULT_REQUEST_SPECULATIVE_TOKENS: usize = 4;
+
+impl RequestSpeculation {
+    /// The settings a request runs with: its own over the engine's (`None`: no speculation).
+    pub fn resolve(
+        req: Option<&Self>,
+        engine: Option<&SpeculativeConfig>,
+    ) -> Result<Option<SpeculativeConfig>, String> {
+        let Some(r) = req else {
+            return Ok(engine.cloned());
+        };
+        if r.num_speculative_tokens == Some(0) {
+            return Ok(None);
+        }
+        let mut c = match (r.method.as_deref(), engine) {
+            (None, Some(e)) => e.clone(),
+            (Some(m), Some(e)) if m == e.method => e.clone(),
+            (None | Some("ngram"), _) => {
+                let mut c = SpeculativeConfig::ngram(DEFAULT_REQUEST_SPECULATIVE_TOKENS);
+                if let Some(e) = engine {
+                    c.num_speculative_tokens = e.num_speculative_tokens;
+                    c.adaptive = e.adaptive;
+                }
+                c
+            }
+            (Some("draft_model"), _) => {
+                return Err(
+                    "speculative_config asks for \"draft_model\", but this engine has no draft model: \
+                            start it with --draft-model PATH, or ask for \"ngram\""
+                        .into(),
+                );
+            }
+            (Some(m), _) => {
+                return Err(format!(
+                    "speculative_config method {m:?} is not supported; use \"ngram\" or \"draft_model\""
+                ));
+            }
+        };
+        if let Some(k) = r.num_speculative_tokens {
+            c.num_speculative_tokens = k;
+        }
+        if let Some(n) = r.prompt_lookup_max {
+            c.prompt_lookup_max = n;
+        }
+        if let Some(n) = r.prompt_lookup_min {
+            c.prompt_lookup_min = n;
+        }
+        if let Some(a) = r.adaptive {
+            c.adaptive = a;
+        }
+        c.check().map_err(|e| format!("speculative_config: {e}"))?;
+        Ok(Some(c))
     }
 }
 

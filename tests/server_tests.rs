@@ -201,6 +201,22 @@ fn errors_have_the_openai_shape_and_status() {
         check(st, &v, 400);
         let (st, v) = post_json(&url, &json!({"prompt": "x", "n": 0})).await.unwrap();
         check(st, &v, 400);
+        // A request's own speculation: a draft model this server has not
+        // loaded, and a field the shape does not have, are refused; prompt
+        // lookup for the request alone is served.
+        let spec = |c: Value| json!({"prompt": "a b a b a b", "max_tokens": 4, "speculative_config": c});
+        let (st, v) = post_json(&url, &spec(json!({"method": "draft_model"}))).await.unwrap();
+        check(st, &v, 400);
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains("no draft model"),
+            "{v}"
+        );
+        let (st, v) = post_json(&url, &spec(json!({"model": "draft.gguf"}))).await.unwrap();
+        check(st, &v, 400);
+        let (st, v) = post_json(&url, &spec(json!({"num_speculative_tokens": 3})))
+            .await
+            .unwrap();
+        assert_eq!(st, 200, "{v}");
         let (st, v) = post_json(&url, &json!({"max_tokens": 3})).await.unwrap();
         check(st, &v, 400);
         let (st, v) = post_json(&url, &json!({"prompt": "a".repeat(1100), "max_tokens": 3}))

@@ -22,12 +22,11 @@ fn config(kv_tokens: usize, budget: usize, spec: Option<usize>) -> EngineConfig 
         max_num_seqs: 16,
         max_model_len: Some(kv_tokens.min(512)),
         speculative: spec.map(|k| SpeculativeConfig {
-            method: "ngram".into(),
-            num_speculative_tokens: k,
             prompt_lookup_max: 4,
             prompt_lookup_min: 1,
             // Drafts that depend on no timing: the same steps every run.
             adaptive: false,
+            ..SpeculativeConfig::ngram(k)
         }),
         ..Default::default()
     }
@@ -265,5 +264,179 @@ fn sampled_output_with_speculation_follows_the_target_distribution() {
     assert!(
         chi2 < crit,
         "chi-square {chi2:.1} ≥ {crit:.1} on {df} degrees of freedom"
+    );
+}
+
+/// Outputs of requests run alone, the same run together, and the batched run's (drafted, accepted).
+type AloneAndBatched = (Vec<Vec<u32>>, Vec<Vec<u32>>, (u64, u64));
+
+/// Runs `reqs` alone and all together (in a pool too small for them, with
+/// 48-token steps) on `cfg`'s engine, checking the books after every step;
+/// returns (alone, batched) outputs and the batched engine's (drafted, accepted).
+fn alone_and_batched(cfg: &EngineConfig, reqs: &[(Vec<u32>, SamplingParams)]) -> AloneAndBatched {
+    let ks = &kernels().ctx;
+    let mut core = LlmEngine::with_context(ks, cfg).unwrap();
+    let alone: Vec<Vec<u32>> = reqs
+        .iter()
+        .map(|q| run_all(&mut core, std::slice::from_ref(q)).remove(0))
+        .collect();
+    let m = &core.metrics;
+    eprintln!(
+        "alone: {} drafted, {} accepted",
+        m.spec_decode_num_draft_tokens_total, m.spec_decode_num_accepted_tokens_total
+    );
+    let d = core.draft.as_ref().expect("a draft model");
+    assert_eq!(
+        d.num_seqs(),
+        1,
+        "the draft keeps the last sequence's KV only until the next draft"
+    );
+    drop(core);
+    let mut small = cfg.clone();
+    small.kv_cache_memory = Some(192 * KvDtype::default().row_bytes(11520) * 2);
+    small.max_num_batched_tokens = 48;
+    small.max_model_len = Some(192);
+    let mut core = LlmEngine::with_context(ks, &small).unwrap();
+    let batched = run_all(&mut core, reqs);
+    let m = &core.metrics;
+    eprintln!(
+        "batched: {} preemptions, {} drafted, {} accepted, {} draft passes",
+        m.num_preemptions_total,
+        m.spec_decode_num_draft_tokens_total,
+        m.spec_decode_num_accepted_tokens_total,
+        core.draft.as_ref().unwrap().passes
+    );
+    assert!(m.num_preemptions_total > 0, "the pool was meant to force preemption");
+    let counts = (
+        m.spec_decode_num_draft_tokens_total,
+        m.spec_decode_num_accepted_tokens_total,
+    );
+    (alone, batched, counts)
+}
+
+/// Draft-model drafting (`--draft-model`): greedy output equals the plain
+/// output, alone and batched under preemption and chunked prefill, with the
+/// target's and the draft's pools balanced after every step. The default
+/// model as its own draft has every draft accepted (its one-token passes give
+/// the verify chunk's logits: batch invariance); a Q2_K copy of it has
+/// drafts rejected too.
+#[test]
+fn draft_model_speculation_keeps_greedy_output() {
+    let reqs: Vec<_> = requests().into_iter().take(6).collect();
+    let ks = &kernels().ctx;
+    let mut plain = LlmEngine::with_context(ks, &config(2048, 512, None)).unwrap();
+    let want: Vec<Vec<u32>> = reqs
+        .iter()
+        .map(|q| run_all(&mut plain, std::slice::from_ref(q)).remove(0))
+        .collect();
+    drop(plain);
+    let q2 = test_dir("draft_model").join("draft-q2_k.gguf");
+    wllm::convert::quantize_model(&default_model_path(), &q2, wllm::quant::mix::Mix::Q2_K, |_, _, _| ()).unwrap();
+    for (draft, all_accepted) in [(default_model_path(), true), (q2, false)] {
+        let mut cfg = config(2048, 512, None);
+        // The pool's bytes are shared with the draft's in proportion.
+        cfg.kv_cache_memory = cfg.kv_cache_memory.map(|b| b * 2);
+        cfg.speculative = Some(SpeculativeConfig {
+            adaptive: false,
+            ..SpeculativeConfig::draft_model(&draft, 4)
+        });
+        let (alone, batched, (drafted, accepted)) = alone_and_batched(&cfg, &reqs);
+        for i in 0..reqs.len() {
+            assert_eq!(alone[i], want[i], "request {i} alone, draft {}", draft.display());
+            assert_eq!(batched[i], want[i], "request {i} batched, draft {}", draft.display());
+        }
+        assert!(drafted > 0);
+        if all_accepted {
+            assert_eq!(accepted, drafted, "the model as its own draft: every draft accepted");
+        } else {
+            assert!(accepted > 0 && accepted < drafted, "{accepted} of {drafted}");
+        }
+    }
+}
+
+/// A draft model of another vocabulary is refused at start, naming the difference.
+#[test]
+fn a_draft_model_of_another_vocabulary_is_refused() {
+    let gemma = gemma3_path();
+    let mut cfg = config(256, 64, None);
+    cfg.speculative = Some(SpeculativeConfig::draft_model(&gemma, 4));
+    let e = LlmEngine::with_context(&kernels().ctx, &cfg).err().expect("refused");
+    assert!(e.to_string().contains("share the target's vocabulary"), "{e}");
+}
+
+/// A request's own `speculative_config`: it turns prompt lookup on for
+/// itself on an engine started without speculation (same tokens as without),
+/// `num_speculative_tokens: 0` turns the engine's off for it, and asking for
+/// a draft model the engine has not loaded is refused.
+#[test]
+fn requests_set_their_own_speculation() {
+    use wllm::config::RequestSpeculation;
+    let (prompt, params) = requests().remove(0);
+    let ks = &kernels().ctx;
+    let mut plain = LlmEngine::with_context(ks, &config(2048, 512, None)).unwrap();
+    let want = run_all(&mut plain, &[(prompt.clone(), params.clone())]).remove(0);
+    assert_eq!(plain.metrics.spec_decode_num_draft_tokens_total, 0);
+    let own = RequestSpeculation {
+        num_speculative_tokens: Some(5),
+        prompt_lookup_min: Some(1),
+        adaptive: Some(false),
+        ..Default::default()
+    };
+    let with = SamplingParams {
+        speculative_config: Some(own),
+        ..params.clone()
+    };
+    assert_eq!(run_all(&mut plain, &[(prompt.clone(), with)]).remove(0), want);
+    let m = &plain.metrics;
+    assert!(
+        m.spec_decode_num_draft_tokens_total > 0 && m.spec_decode_num_accepted_tokens_total > 0,
+        "the request drafted: {} drafted, {} accepted",
+        m.spec_decode_num_draft_tokens_total,
+        m.spec_decode_num_accepted_tokens_total
+    );
+    let e = plain
+        .add_request(
+            prompt.clone(),
+            SamplingParams {
+                speculative_config: Some(RequestSpeculation {
+                    method: Some("draft_model".into()),
+                    ..Default::default()
+                }),
+                ..params.clone()
+            },
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("no draft model"), "{e}");
+    let e = plain
+        .add_request(
+            prompt.clone(),
+            SamplingParams {
+                speculative_config: Some(RequestSpeculation {
+                    num_speculative_tokens: Some(65),
+                    ..Default::default()
+                }),
+                ..params.clone()
+            },
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("num_speculative_tokens"), "{e}");
+    drop(plain);
+    let mut spec = LlmEngine::with_context(ks, &config(2048, 512, Some(5))).unwrap();
+    let off = SamplingParams {
+        speculative_config: Some(RequestSpeculation {
+            num_speculative_tokens: Some(0),
+            ..Default::default()
+        }),
+        ..params.clone()
+    };
+    assert_eq!(run_all(&mut spec, &[(prompt.clone(), off)]).remove(0), want);
+    assert_eq!(
+        spec.metrics.spec_decode_num_draft_tokens_total, 0,
+        "turned off for the request"
+    );
+    assert_eq!(run_all(&mut spec, &[(prompt, params)]).remove(0), want);
+    assert!(
+        spec.metrics.spec_decode_num_draft_tokens_total > 0,
+        "the engine's own setting"
     );
 }

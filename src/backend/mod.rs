@@ -201,6 +201,11 @@ pub trait Backend: Send + 'static {
 
     /// The device, in words (name, API, driver).
     fn describe(&self) -> String;
+    /// Another handle on the same device, with step state of its own, for a
+    /// second model beside this one (a draft model): pipelines and device shared.
+    fn sibling(&self) -> Result<Self, Self::Error>
+    where
+        Self: Sized;
     /// The largest single buffer the backend can address in one op (caps a layer's KV pool).
     fn max_buffer(&self) -> u64;
     /// The device's memory, where its driver reports it (the memory plan).

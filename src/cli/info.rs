@@ -57,6 +57,7 @@ pub fn run(a: &InfoArgs) -> anyhow::Result<()> {
         &c,
         groups.len(),
         &cfg,
+        None,
     )?;
     drop(backend);
     let plan = KvPlan::new(

@@ -50,6 +50,12 @@ pub struct EngineArgs {
     /// (the default) drafts only what the acceptance rate pays for at the measured step cost.
     #[arg(long, global = true)]
     pub speculative_config: Option<String>,
+    /// Speculative decoding with a draft model: a smaller model of the same vocabulary (checked)
+    /// drafts tokens the model verifies in one step, with a KV pool of its own. Short for
+    /// --speculative-config '{"model": PATH, "num_speculative_tokens": 4}'; with
+    /// --speculative-config, sets its "model".
+    #[arg(long, global = true)]
+    pub draft_model: Option<PathBuf>,
     /// Tokens per KV block.
     #[arg(long, global = true, default_value_t = 16)]
     pub block_size: usize,
@@ -160,10 +166,29 @@ impl EngineArgs {
             } else {
                 0
             },
-            speculative: match &self.speculative_config {
-                Some(s) => Some(wllm::config::SpeculativeConfig::parse(s).map_err(anyhow::Error::msg)?),
-                None => None,
-            },
+            speculative: self.speculative()?,
+        })
+    }
+
+    /// The speculative decoding settings of --speculative-config and --draft-model.
+    fn speculative(&self) -> anyhow::Result<Option<wllm::config::SpeculativeConfig>> {
+        use wllm::config::SpeculativeConfig;
+        let given = match &self.speculative_config {
+            Some(s) => Some(SpeculativeConfig::parse(s).map_err(anyhow::Error::msg)?),
+            None => None,
+        };
+        Ok(match (given, &self.draft_model) {
+            (given, None) => given,
+            (None, Some(path)) => Some(SpeculativeConfig::draft_model(path, 4)),
+            (Some(mut c), Some(path)) => {
+                if c.model.as_ref().is_some_and(|m| m != path) || (c.method != "draft_model" && c.method != "ngram") {
+                    anyhow::bail!("--draft-model and --speculative-config name different drafters: give one of them");
+                }
+                c.method = "draft_model".into();
+                c.model = Some(path.clone());
+                c.check().map_err(anyhow::Error::msg)?;
+                Some(c)
+            }
         })
     }
 
@@ -206,6 +231,9 @@ impl EngineArgs {
             if let Some(r) = &core.row_tile {
                 eprintln!("{}", r.describe());
             }
+        }
+        if let Some(d) = &core.draft {
+            eprintln!("{}", d.describe());
         }
         let engine = wllm::Engine::from_core(core);
         eprintln!("device: {}", engine.adapter());

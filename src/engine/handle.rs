@@ -64,6 +64,7 @@ struct Inner {
     memory: super::MemoryPlan,
     adapter: String,
     load_timings: super::LoadTimings,
+    speculative: Option<crate::config::SpeculativeConfig>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -100,6 +101,7 @@ impl Engine {
         let memory = core.memory.clone();
         let adapter = core.runner.describe();
         let load_timings = core.load_timings.clone();
+        let speculative = core.speculative.clone();
         let thread = std::thread::Builder::new()
             .name("wllm-engine".into())
             .spawn(move || run_loop(core, rx))
@@ -115,6 +117,7 @@ impl Engine {
                 memory,
                 adapter,
                 load_timings,
+                speculative,
                 thread: Mutex::new(Some(thread)),
             }),
         }
@@ -200,6 +203,11 @@ impl Engine {
                     self.inner.model_config.vocab,
                     self.inner.plan.max_model_len,
                 )?;
+                crate::config::RequestSpeculation::resolve(
+                    params.speculative_config.as_ref(),
+                    self.inner.speculative.as_ref(),
+                )
+                .map_err(EngineError::InvalidRequest)?;
                 // A constraint that cannot compile is this call's error, not the stream's.
                 if let Some(c) = &params.constraint {
                     self.inner

@@ -17,7 +17,7 @@ use super::request::{Prompt, tokenize_prompt, validate_request};
 use super::scheduler::{Scheduler, SchedulerConfig};
 use super::sequence::{FinishReason, SeqId, SeqStatus, Sequence};
 use super::step_budget::StepBudget;
-use super::{BlockManager, EngineError, KvCache, KvGroups, MemoryInputs, MemoryPlan};
+use super::{BlockManager, DraftModel, EngineError, KvCache, KvGroups, MemoryInputs, MemoryPlan};
 use crate::backend::wgsl::Kernels;
 use crate::backend::{Backend, OpenBackend};
 use crate::gpu::GpuContext;
@@ -59,6 +59,8 @@ pub struct LlmEngine {
     pub row_tile: Option<super::RowTileChoice>,
     /// Speculative decoding of greedy requests (`EngineConfig::speculative`).
     pub speculative: Option<crate::config::SpeculativeConfig>,
+    /// The draft model of `draft_model` speculation.
+    pub draft: Option<DraftModel>,
 }
 
 impl LlmEngine {
@@ -86,6 +88,7 @@ impl LlmEngine {
     /// The memory plan for a model on `kernels`' device, before anything is
     /// loaded: weights and step buffers counted at their largest (the context
     /// `cfg.max_model_len` or the model's), the KV pool what that leaves.
+    #[allow(clippy::too_many_arguments)]
     pub fn plan_memory(
         device: Option<crate::gpu::DeviceMemory>,
         cpu_adapter: bool,
@@ -94,25 +97,40 @@ impl LlmEngine {
         model_config: &ModelConfig,
         kv_groups: usize,
         cfg: &EngineConfig,
+        draft: Option<(&ModelFiles, &ModelConfig)>,
     ) -> Result<MemoryPlan, EngineError> {
         let context = cfg
             .max_model_len
             .unwrap_or(model_config.max_context)
             .min(model_config.max_context);
-        let weights = super::memory_plan::weight_bytes(files, model_config, context, narrow_weights);
-        let activations = super::memory_plan::step_buffer_bytes(
+        let mut weights = super::memory_plan::weight_bytes(files, model_config, context, narrow_weights);
+        let mut activations = super::memory_plan::step_buffer_bytes(
             model_config,
             cfg.max_num_batched_tokens,
             cfg.max_num_seqs,
             context.div_ceil(cfg.block_size.max(1)),
             kv_groups,
         );
+        // A draft model's weights and step buffers; its pool shares the KV
+        // bytes with the target's in proportion to their bytes a token.
+        let mut kv_per_token = model_config.kv_bytes_per_token(cfg.kv_dtype()) as u64;
+        if let Some((f, c)) = draft {
+            weights += super::memory_plan::weight_bytes(f, c, context.min(c.max_context), narrow_weights);
+            activations += super::memory_plan::step_buffer_bytes(
+                c,
+                cfg.max_num_batched_tokens,
+                cfg.max_num_seqs,
+                context.div_ceil(cfg.block_size.max(1)),
+                1,
+            );
+            kv_per_token += c.kv_bytes_per_token(cfg.kv_dtype()) as u64;
+        }
         let inputs = MemoryInputs {
             device,
             cpu_adapter,
             kv_cache_memory: cfg.kv_cache_memory,
             gpu_memory_utilization: cfg.gpu_memory_utilization,
-            kv_useful: (cfg.max_num_seqs * context) as u64 * model_config.kv_bytes_per_token(cfg.kv_dtype()) as u64,
+            kv_useful: (cfg.max_num_seqs * context) as u64 * kv_per_token,
         };
         MemoryPlan::new(weights, activations, &inputs).map_err(EngineError::Config)
     }
@@ -148,6 +166,10 @@ impl LlmEngine {
             )));
         }
         let kv_groups = KvGroups::of(&model_config, cfg.hybrid_kv_cache);
+        let draft_files = match cfg.speculative.as_ref().and_then(|s| s.model.as_deref()) {
+            Some(path) => Some(DraftModel::open(path, &tokenizer)?),
+            None => None,
+        };
         let mut memory = Self::plan_memory(
             kernels.device_memory(),
             kernels.shares_host_memory(),
@@ -156,20 +178,30 @@ impl LlmEngine {
             &model_config,
             kv_groups.len(),
             cfg,
+            draft_files.as_ref().map(|(f, c)| (f, c)),
         )?;
+        // The draft's share of the pool's bytes.
+        let draft_kv = draft_files.as_ref().map_or(0, |(_, c)| {
+            let (t, d) = (
+                model_config.kv_bytes_per_token(cfg.kv_dtype()) as u64,
+                c.kv_bytes_per_token(cfg.kv_dtype()) as u64,
+            );
+            (memory.kv as u128 * d as u128 / (t + d) as u128) as u64
+        });
         let plan = KvPlan::new(
             &kv_groups,
             cfg.kv_dtype(),
             model_config.kv_bytes_per_token(cfg.kv_dtype()),
             cfg.block_size,
             cfg.max_num_batched_tokens,
-            Some(memory.kv),
+            Some(memory.kv - draft_kv),
             kernels.max_buffer(),
             model_config.max_context,
             cfg.max_model_len,
         )
         .map_err(EngineError::Config)?;
-        // Whole blocks, within the binding limit: what the pool really takes.
+        // Whole blocks, within the binding limit: what the pool really takes
+        // (the draft's counted once it is loaded).
         memory.kv = plan.pool_bytes;
         if cfg.max_num_batched_tokens == 0 || cfg.max_num_seqs == 0 {
             return Err(EngineError::Config(
@@ -193,6 +225,29 @@ impl LlmEngine {
         let mut load_config = model_config.clone();
         load_config.max_context = load_config.max_context.min(plan.max_model_len.max(1));
         let model = DecoderModel::load(&kernels, &files, &load_config)?;
+        let draft = match (&draft_files, cfg.speculative.as_ref().and_then(|s| s.model.as_deref())) {
+            (Some((f, c)), Some(path)) => {
+                let load = super::draft_model::DraftLoad {
+                    files: f,
+                    config: c,
+                    kv_bytes: draft_kv,
+                    dtype: cfg.kv_dtype(),
+                    block_size: cfg.block_size,
+                    max_tokens: cfg.max_num_batched_tokens,
+                    max_seqs: cfg.max_num_seqs,
+                    max_model_len: plan.max_model_len,
+                    max_binding: kernels.max_buffer(),
+                };
+                let name = path
+                    .file_name()
+                    .map_or_else(|| path.display().to_string(), |f| f.to_string_lossy().into());
+                let sibling = kernels
+                    .sibling()
+                    .map_err(|e| EngineError::Config(format!("draft model: {}", e.into())))?;
+                Some(DraftModel::load(sibling, &load, model_config.vocab, name)?)
+            }
+            _ => None,
+        };
         timings.weights = t1.elapsed().as_secs_f64();
         let t2 = Instant::now();
         let kv = KvCache::new(
@@ -259,7 +314,11 @@ impl LlmEngine {
                 .map_or_else(|| cfg.model.display().to_string(), |f| f.to_string_lossy().into()),
             row_tile: None,
             speculative: cfg.speculative.clone(),
+            draft,
         };
+        if let Some(d) = &me.draft {
+            me.memory.kv += d.kv_bytes();
+        }
         me.metrics.cache_config = crate::metrics::CacheConfig {
             cache_dtype: me.plan.dtype.to_string(),
             block_size: me.plan.block_size,
@@ -325,7 +384,11 @@ impl LlmEngine {
             )),
             None => None,
         };
+        let spec_cfg =
+            crate::config::RequestSpeculation::resolve(params.speculative_config.as_ref(), self.speculative.as_ref())
+                .map_err(EngineError::InvalidRequest)?;
         let mut seq = Sequence::new(id, prompt, params, max_total);
+        seq.spec_cfg = spec_cfg.filter(|_| seq.params.speculates());
         seq.group = group;
         seq.matcher = matcher;
         if let Some(t) = &mut self.trace {
@@ -364,10 +427,11 @@ impl LlmEngine {
             self.plan.block_size,
             self.scheduler.cfg.max_num_batched_tokens,
         );
-        if let Some(sc) = &self.speculative {
-            let row_cost = super::speculative::row_cost(self.budget.cost.fit(), self.scheduler.decode_rows());
-            super::speculative::draft(&mut self.scheduler, sc, row_cost);
-        }
+        let decodes = self.scheduler.decode_rows();
+        let fit = self.budget.cost.fit();
+        let row_cost = super::speculative::row_cost(fit, decodes);
+        let draft_cost = super::speculative::draft_cost(fit, decodes, self.draft.as_ref().and_then(|d| d.round_ms));
+        super::speculative::draft(&mut self.scheduler, row_cost, draft_cost, self.draft.as_mut())?;
         let mut plan = self.scheduler.schedule_within(tokens);
         super::speculative::settle(&mut self.scheduler, &mut plan);
         self.metrics.num_preemptions_total = self.scheduler.num_preemptions;
@@ -464,7 +528,7 @@ impl LlmEngine {
             // A drafting sequence: back to its pending token; what to emit.
             let spec = (seq.num_draft > 0).then(|| {
                 let k = seq.num_draft;
-                let max_k = self.speculative.as_ref().map_or(k, |c| c.num_speculative_tokens);
+                let max_k = seq.spec_cfg.as_ref().map_or(k, |c| c.num_speculative_tokens);
                 let (toks, j) = match result.logits.as_deref().filter(|_| !seq.params.is_greedy()) {
                     Some(l) => {
                         super::speculative::verify_sampled(seq, &l[row * vocab..(row + k + 1) * vocab], vocab, max_k)
@@ -535,14 +599,7 @@ impl LlmEngine {
             if let Some((_, j)) = spec
                 && !seq.is_finished()
             {
-                seq.num_computed_tokens += j;
-                let sched = &mut self.scheduler;
-                let seq = sched.seqs.get_mut(&id).expect("scheduled sequence exists");
-                sched
-                    .blocks
-                    .note_computed(&mut seq.block_table, &seq.token_ids, seq.num_computed_tokens);
-                let total = seq.num_tokens();
-                sched.blocks.truncate(&mut seq.block_table, total);
+                super::speculative::commit_accepted(&mut self.scheduler, id, j);
             }
         }
         for id in finished {
@@ -601,6 +658,10 @@ impl LlmEngine {
     pub fn check_blocks(&self) -> Result<(), String> {
         self.scheduler
             .blocks
-            .check_consistency(self.scheduler.seqs.values().map(|s| &s.block_table))
+            .check_consistency(self.scheduler.seqs.values().map(|s| &s.block_table))?;
+        match &self.draft {
+            Some(d) => d.check_blocks().map_err(|e| format!("draft model's pool: {e}")),
+            None => Ok(()),
+        }
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod block_manager;
 pub mod config;
+pub mod draft_model;
 mod error;
 mod guided;
 pub mod handle;
@@ -19,6 +20,8 @@ mod request;
 pub mod scheduler;
 pub mod sequence;
 pub mod speculative;
+#[cfg(test)]
+mod speculative_props;
 pub mod step_budget;
 mod step_buffers;
 mod stop_checker;
@@ -27,6 +30,7 @@ mod warm_up;
 
 pub use block_manager::{BlockManager, BlockTable, CachedPrefix, FREED};
 pub use config::{EngineConfig, KvPlan};
+pub use draft_model::DraftModel;
 pub use error::EngineError;
 pub use handle::{BlockStats, CompletedRequest, Engine, RequestStream};
 pub use kv_cache::KvCache;

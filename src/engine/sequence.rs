@@ -85,6 +85,9 @@ pub struct Sequence {
     pub num_draft: usize,
     /// How many tokens it drafts next, and its back-off after rejected drafts.
     pub spec: SpecState,
+    /// How it speculates (the engine's settings under the request's own,
+    /// `RequestSpeculation::resolve`); `None`: it does not.
+    pub spec_cfg: Option<crate::config::SpeculativeConfig>,
 }
 
 /// A sequence's drafting state: the draft length adapts to what the model
@@ -190,6 +193,7 @@ impl Sequence {
             logprobs: Vec::new(),
             num_draft: 0,
             spec: Default::default(),
+            spec_cfg: None,
         }
     }
 

@@ -1,7 +1,8 @@
 //! Speculative decoding by prompt lookup (vLLM's `ngram` method, llama.cpp's
-//! `ngram` drafts): before a step, a greedy decoding sequence drafts up to k
-//! tokens by finding its last n tokens earlier in its prompt and output and
-//! copying what followed them; the step computes the pending token and the
+//! `ngram` drafts) or by a draft model (`draft_model`, `super::draft_model`):
+//! before a step, a decoding sequence drafts up to k tokens (by finding its
+//! last n tokens earlier in its prompt and output and copying what followed
+//! them, or by the draft model's greedy decoding); the step computes the pending token and the
 //! drafts as one short chunk with a logits row each; the longest prefix of
 //! drafts that equals the model's own greedy picks is accepted, plus the pick
 //! after it, and the KV of the rejected positions is dropped (the sequence's
@@ -24,20 +25,29 @@ use super::sequence::{SeqStatus, Sequence};
 use crate::sampling::{self, rejection::Verdict, rejection::accept_or_resample};
 
 /// Drafts for the running sequences that decode next step, appended to
-/// their tokens (`Sequence::num_draft`); at most as many drafted tokens in
-/// all as the step has logits rows to spare (`max_num_seqs` less the running
-/// sequences), none past a sequence's length limit or its `max_tokens`, and
-/// no more than their expected acceptance pays for at `row_cost` (one more
-/// row's cost over the cost of a token a plain step emits: `row_cost`;
-/// near 1 on a CPU adapter with a large batch, where speculation backs off,
-/// near 0 on a GPU). Returns the tokens drafted.
-pub(super) fn draft(sched: &mut Scheduler, cfg: &SpeculativeConfig, row_cost: f64) -> usize {
+/// their tokens (`Sequence::num_draft`), each as its `spec_cfg` says (prompt
+/// lookup, or `model`, the draft model, for `draft_model`); at most as many
+/// drafted tokens in all as the step has logits rows to spare (`max_num_seqs`
+/// less the running sequences), none past a sequence's length limit or its
+/// `max_tokens`, and no more than their expected acceptance pays for at
+/// `row_cost` (one more row's cost over the cost of a token a plain step
+/// emits: near 1 on a CPU adapter with a large batch, where speculation
+/// backs off, near 0 on a GPU) plus, for the draft model, `draft_cost` (one
+/// draft token's cost over the same). Returns the tokens drafted.
+pub(super) fn draft(
+    sched: &mut Scheduler,
+    row_cost: f64,
+    draft_cost: f64,
+    model: Option<&mut super::draft_model::DraftModel>,
+) -> Result<usize, super::EngineError> {
     let mut rows = sched.cfg.max_num_seqs.saturating_sub(sched.running.len());
     let mut drafted = 0;
+    let mut by_model: Vec<(super::SeqId, usize)> = Vec::new();
     for id in sched.running.clone() {
         let Some(seq) = sched.seqs.get_mut(&id) else { continue };
+        let Some(cfg) = &seq.spec_cfg else { continue };
         let decodes = seq.status == SeqStatus::Running && seq.num_computed_tokens + 1 == seq.num_tokens();
-        if rows == 0 || !decodes || !seq.params.speculates() || seq.matcher.is_some() || seq.num_draft > 0 {
+        if rows == 0 || !decodes || seq.matcher.is_some() || seq.num_draft > 0 {
             continue;
         }
         if seq.spec.skip > 0 {
@@ -55,8 +65,15 @@ pub(super) fn draft(sched: &mut Scheduler, cfg: &SpeculativeConfig, row_cost: f6
         let left = seq.params.max_tokens.map_or(usize::MAX, |m| m.saturating_sub(out + 1));
         let room = seq.max_total_tokens.saturating_sub(seq.num_tokens() + 1);
         let k = want.min(cfg.num_speculative_tokens).min(left).min(room).min(rows);
-        let k = if cfg.adaptive { seq.spec.worth(k, row_cost) } else { k };
+        let by_draft_model = cfg.uses_draft_model();
+        let cost = row_cost + if by_draft_model { draft_cost } else { 0.0 };
+        let k = if cfg.adaptive { seq.spec.worth(k, cost) } else { k };
         if k == 0 {
+            continue;
+        }
+        if by_draft_model {
+            by_model.push((id, k));
+            rows -= k;
             continue;
         }
         let d = ngram_draft(&seq.token_ids, cfg.prompt_lookup_min, cfg.prompt_lookup_max, k);
@@ -65,7 +82,27 @@ pub(super) fn draft(sched: &mut Scheduler, cfg: &SpeculativeConfig, row_cost: f6
         rows -= d.len();
         drafted += d.len();
     }
-    drafted
+    if let Some(model) = model {
+        model.forget(|id| sched.seqs.contains_key(&id));
+        if !by_model.is_empty() {
+            let reqs: Vec<super::draft_model::DraftRequest> = by_model
+                .iter()
+                .map(|&(id, k)| super::draft_model::DraftRequest {
+                    id,
+                    tokens: &sched.seqs[&id].token_ids,
+                    k,
+                })
+                .collect();
+            let drafts = model.propose(&reqs)?;
+            for ((id, _), d) in by_model.iter().zip(drafts) {
+                let seq = sched.seqs.get_mut(id).expect("running");
+                seq.num_draft = d.len();
+                seq.token_ids.extend_from_slice(&d);
+                drafted += d.len();
+            }
+        }
+    }
+    Ok(drafted)
 }
 
 /// One more row's cost over the cost of a token a plain step of `decodes`
@@ -77,6 +114,16 @@ pub(super) fn row_cost(fit: Option<(f64, f64)>, decodes: usize) -> f64 {
             let d = decodes as f64;
             per_token * d / (fixed + per_token * d)
         }
+        _ => 0.0,
+    }
+}
+
+/// One draft token's cost over the cost of a token a plain step of
+/// `decodes` rows emits: a drafting round's milliseconds (`round_ms`) over
+/// the fitted plain step's; 0 before both are measured.
+pub(super) fn draft_cost(fit: Option<(f64, f64)>, decodes: usize, round_ms: Option<f64>) -> f64 {
+    match (fit, round_ms) {
+        (Some((fixed, per_token)), Some(ms)) if decodes > 0 => ms / (fixed + per_token * decodes as f64),
         _ => 0.0,
     }
 }
@@ -165,6 +212,19 @@ pub(super) fn verify_sampled(seq: &mut Sequence, logits: &[f32], vocab: usize, m
     let j = out.len().saturating_sub(1);
     roll_back(seq, j, max_k);
     (out, j)
+}
+
+/// After a verified sequence's tokens were emitted (and it did not finish):
+/// the `j` accepted drafts' KV is the cache's now, so the sequence stands as
+/// after that many plain decodes; blocks past its tokens go back.
+pub(super) fn commit_accepted(sched: &mut Scheduler, id: super::SeqId, j: usize) {
+    let Some(seq) = sched.seqs.get_mut(&id) else { return };
+    seq.num_computed_tokens += j;
+    sched
+        .blocks
+        .note_computed(&mut seq.block_table, &seq.token_ids, seq.num_computed_tokens);
+    let total = seq.num_tokens();
+    sched.blocks.truncate(&mut seq.block_table, total);
 }
 
 /// Drops a verified sequence's drafts from its tokens and its computed
@@ -299,13 +359,12 @@ mod tests {
         // `b` waits; one row is spare, so `a` drafts one token ("1 2 3" was followed by "1").
         sched.add(Sequence::new(2, vec![7, 8, 9], crate::SamplingParams::greedy(), 64));
         let spec = SpeculativeConfig {
-            method: "ngram".into(),
-            num_speculative_tokens: 3,
             prompt_lookup_max: 3,
             prompt_lookup_min: 1,
-            adaptive: true,
+            ..SpeculativeConfig::ngram(3)
         };
-        assert_eq!(draft(&mut sched, &spec, 0.0), 1);
+        sched.seqs.get_mut(&1).unwrap().spec_cfg = Some(spec);
+        assert_eq!(draft(&mut sched, 0.0, 0.0, None).unwrap(), 1);
         let mut plan = sched.schedule();
         assert_eq!(plan.scheduled, vec![(1, 2), (2, 3)]);
         // `b`'s prompt ends this step and samples: two rows for two sequences, no room for the draft.

@@ -169,6 +169,9 @@ impl LlmEngine {
             self.budget.cost.observe(CHUNK_TOKENS, ms);
         }
         steps += self.touch_kv_pool()?;
+        if let Some(d) = &mut self.draft {
+            steps += d.warm_up(CHUNK_TOKENS)?;
+        }
         Ok(steps)
     }
 

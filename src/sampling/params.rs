@@ -99,6 +99,10 @@ sampling_params! {
     /// flags set it apart from the other parameters.
     [arg(skip), serde(skip)]
     logprobs: Option<usize> = None, set usize => Some;
+    /// Speculative decoding for this request, over the engine's settings
+    /// (`config::RequestSpeculation`; `{"num_speculative_tokens": 0}` turns it off).
+    [arg(skip)]
+    speculative_config: Option<crate::config::RequestSpeculation> = None, set crate::config::RequestSpeculation => Some;
 }
 
 /// vLLM's `top_k`: -1 (or 0) disables, a positive k keeps k tokens.

@@ -103,7 +103,7 @@ pub struct CudaStep {
 
 /// The cuda backend.
 pub struct CudaBackend {
-    exec: Box<dyn Executor>,
+    exec: std::sync::Arc<dyn Executor>,
     /// f32 copy of a non-f32 weight for the cuBLAS path (grown to the largest weight).
     dequant: Mutex<Option<CudaBuffer>>,
     /// Row count from which gemm uses cuBLAS (`EngineConfig::cublas_min_t`, default 32; 0 = never).
@@ -125,7 +125,7 @@ impl CudaBackend {
     /// The backend on any executor (the tests use a CPU emulation).
     pub fn with_executor(exec: Box<dyn Executor>) -> Self {
         Self {
-            exec,
+            exec: exec.into(),
             dequant: Mutex::new(None),
             cublas_min_t: DEFAULT_CUBLAS_MIN_T,
         }
@@ -133,6 +133,15 @@ impl CudaBackend {
 
     pub fn describe(&self) -> String {
         self.exec.describe()
+    }
+
+    /// Another backend on the same executor (device and stream), with its own dequantisation scratch.
+    pub fn sibling(&self) -> Self {
+        Self {
+            exec: self.exec.clone(),
+            dequant: Mutex::new(None),
+            cublas_min_t: self.cublas_min_t,
+        }
     }
 
     fn alloc(&self, bytes: u64) -> Result<CudaBuffer, CudaError> {

@@ -46,6 +46,9 @@ impl Backend for CudaBackend {
     fn describe(&self) -> String {
         CudaBackend::describe(self)
     }
+    fn sibling(&self) -> Result<Self, CudaError> {
+        Ok(CudaBackend::sibling(self))
+    }
 
     fn max_buffer(&self) -> u64 {
         self.exec.total_mem()

@@ -85,6 +85,9 @@ impl Backend for Kernels {
     fn describe(&self) -> String {
         self.ctx.describe()
     }
+    fn sibling(&self) -> Result<Self, GpuError> {
+        Kernels::with_tiles(&self.ctx, self.tiles_given.then_some(self.tiles))
+    }
 
     fn max_buffer(&self) -> u64 {
         self.ctx.max_binding()
