@@ -1,7 +1,8 @@
 """Drives a running wllm server with the official `openai` package:
 one streamed and one plain chat completion, one completion, models.list(),
 structured output through `client.chat.completions.parse` with a pydantic
-model (response_format json_schema, strict), and a required tool call, whole and streamed.
+model (response_format json_schema, strict), a required tool call, whole and streamed, and
+embeddings.create (base64, the client's default, and float).
 Usage: python3 scripts/openai_smoke.py BASE_URL MODEL"""
 import sys
 
@@ -65,4 +66,16 @@ for chunk in client.chat.completions.create(model=model, messages=[{"role": "use
             args += d.function.arguments
             pieces += 1
 assert name == "get_weather" and args == call.function.arguments and pieces > 1, (name, args, pieces)
+# Embeddings: the client asks for base64 by default and decodes it; floats when asked.
+texts = ["The cat sat on the mat.", "A kitten rested on the rug.", "Quarterly revenue rose by four percent."]
+emb = client.embeddings.create(model=model, input=texts)
+vecs = [d.embedding for d in emb.data]
+assert [d.index for d in emb.data] == [0, 1, 2] and emb.usage.prompt_tokens > 0, emb
+floats = client.embeddings.create(model=model, input=texts[0], encoding_format="float").data[0].embedding
+assert len(floats) == len(vecs[0]) and max(abs(a - b) for a, b in zip(floats, vecs[0])) < 1e-6
+cos = lambda a, b: sum(x * y for x, y in zip(a, b)) / (sum(x * x for x in a) * sum(y * y for y in b)) ** 0.5
+assert abs(cos(vecs[0], vecs[0]) - 1) < 1e-6 and cos(vecs[0], vecs[1]) > cos(vecs[0], vecs[2]), \
+    (cos(vecs[0], vecs[1]), cos(vecs[0], vecs[2]))
+print("openai smoke: embeddings", len(vecs[0]), "dims, cosine similar/unrelated",
+      round(cos(vecs[0], vecs[1]), 4), round(cos(vecs[0], vecs[2]), 4))
 print("openai smoke: ok:", repr(text), repr(comp.choices[0].text), models, city, call.function.arguments)

@@ -204,6 +204,51 @@ impl SpeculativeConfig {
     }
 }
 
+/// How an embedding pools the final hidden states of a prompt's tokens
+/// (llama.cpp's `--pooling`): their mean, the first token's (`cls`) or the
+/// last token's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooling {
+    Mean,
+    Cls,
+    Last,
+}
+
+impl Pooling {
+    /// From a GGUF's `{arch}.pooling_type` (llama.cpp's numbering: 1 mean, 2 cls, 3 last).
+    pub fn from_gguf(v: u64) -> Option<Self> {
+        match v {
+            1 => Some(Self::Mean),
+            2 => Some(Self::Cls),
+            3 => Some(Self::Last),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Mean => "mean",
+            Self::Cls => "cls",
+            Self::Last => "last",
+        }
+    }
+}
+
+impl std::fmt::Display for Pooling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What an embedding request asks for: the pooling, and whether the vector
+/// is scaled to unit length (L2, llama.cpp's default `--embd-normalize 2`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EmbedSpec {
+    pub pooling: Pooling,
+    pub normalize: bool,
+}
+
 /// A request's own speculation settings (its body's `speculative_config`, in
 /// the engine flag's shape less `model`): each field given replaces the
 /// engine's. `num_speculative_tokens: 0` turns speculation off for the

@@ -23,6 +23,8 @@ enum Command {
     Chat(cli::chat::ChatArgs),
     /// Complete one or more prompts as one batch.
     Generate(cli::generate::GenerateArgs),
+    /// Embed texts (mean, cls or last pooling; unit length) and print their cosine similarities.
+    Embed(cli::embed::EmbedArgs),
     /// Print the model's shape, the adapter and the KV-cache plan.
     Info(cli::info::InfoArgs),
     /// Write every rendered WGSL kernel variant to a directory (`--dump DIR`).
@@ -87,6 +89,7 @@ fn main() {
         }),
         Some(Command::Chat(a)) => cli::chat::run(&a),
         Some(Command::Generate(a)) => cli::generate::run(&a),
+        Some(Command::Embed(a)) => cli::embed::run(&a),
         Some(Command::Info(a)) => cli::info::run(&a),
         Some(Command::Kernels(a)) => cli::kernels::run(&a),
         Some(Command::Profile(a)) => cli::profile::run(&a),

@@ -86,6 +86,8 @@ pub struct Metrics {
     pub spec_decode_num_drafts_total: u64,
     pub spec_decode_num_draft_tokens_total: u64,
     pub spec_decode_num_accepted_tokens_total: u64,
+    /// Embedding requests answered.
+    pub embedding_requests_total: u64,
     pub request_success_total: u64,
     pub gpu_memory_allocated_bytes: u64,
     pub gpu_memory_allocated_peak_bytes: u64,
@@ -143,6 +145,7 @@ impl Default for Metrics {
             spec_decode_num_drafts_total: 0,
             spec_decode_num_draft_tokens_total: 0,
             spec_decode_num_accepted_tokens_total: 0,
+            embedding_requests_total: 0,
             request_success_total: 0,
             gpu_memory_allocated_bytes: 0,
             gpu_memory_allocated_peak_bytes: 0,
@@ -317,6 +320,11 @@ impl Metrics {
                 "spec_decode_num_accepted_tokens_total",
                 "Speculative tokens accepted",
                 self.spec_decode_num_accepted_tokens_total,
+            ),
+            (
+                "embedding_requests_total",
+                "Embedding requests answered",
+                self.embedding_requests_total,
             ),
             (
                 "num_preemptions_total",

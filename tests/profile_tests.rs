@@ -32,6 +32,7 @@ fn a_recorded_step_splits_by_kernel_and_runs_as_execute_does() {
             block_tables: &tables[s],
             sample: true,
             logits_from: None,
+            hidden: false,
         })
         .collect();
     let (step, rows, sampling) = runner.record(&chunks).unwrap();

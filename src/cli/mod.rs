@@ -6,6 +6,7 @@ pub mod bench_serve;
 pub mod bench_soak;
 pub mod bench_workload;
 pub mod chat;
+pub mod embed;
 pub mod generate;
 pub mod info;
 pub mod kernels;

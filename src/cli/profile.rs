@@ -184,6 +184,7 @@ fn seq_chunks(seqs: &Seqs) -> Vec<SeqChunk<'_>> {
             block_tables: table,
             sample: true,
             logits_from: None,
+            hidden: false,
         })
         .collect()
 }

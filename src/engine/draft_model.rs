@@ -330,6 +330,7 @@ impl DraftModel {
                     block_tables: &s.table.blocks,
                     sample: start + len == r.tokens.len().max(s.tokens.len()),
                     logits_from: None,
+                    hidden: false,
                 }
             })
             .collect();

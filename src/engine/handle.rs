@@ -15,6 +15,7 @@ use super::llm_engine::LlmEngine;
 use super::output::{RequestMetrics, RequestOutput};
 use super::request::{Prompt, tokenize_prompt, validate_request};
 use super::{EngineConfig, EngineError, FinishReason, KvPlan, SeqId};
+use crate::config::{EmbedSpec, Pooling};
 use crate::metrics::Metrics;
 use crate::model::ModelConfig;
 use crate::sampling::{SampledLogprobs, SamplingParams};
@@ -237,6 +238,39 @@ impl Engine {
         Ok(streams)
     }
 
+    /// Embeds each input (text or token ids) as one scheduling group: each a
+    /// prefill-only sequence scheduled with everything else, whose prompt's
+    /// final hidden states are pooled (`EmbedSpec`). Streams come back in
+    /// order, each with one output carrying `embedding`; `embed_blocking`
+    /// waits for the vectors.
+    pub fn embed(&self, inputs: Vec<Prompt>, spec: EmbedSpec) -> Result<Vec<RequestStream>, EngineError> {
+        let params = SamplingParams {
+            embed: Some(spec),
+            max_tokens: None,
+            temperature: 0.0,
+            ..Default::default()
+        };
+        self.generate_group(inputs.into_iter().map(|p| (p, vec![params.clone()])).collect(), None)
+    }
+
+    /// `embed`, waiting: each input's vector and its token count.
+    pub fn embed_blocking(&self, inputs: Vec<Prompt>, spec: EmbedSpec) -> Result<Vec<(Vec<f32>, usize)>, EngineError> {
+        self.embed(inputs, spec)?
+            .into_iter()
+            .map(|s| {
+                let c = s.collect_all()?;
+                let n = c.prompt_token_ids.len();
+                c.embedding.map(|e| (e, n)).ok_or(EngineError::Stopped)
+            })
+            .collect()
+    }
+
+    /// The pooling the model's file names, else mean (llama.cpp's default for
+    /// a model without one is none, which OpenAI's embeddings cannot return).
+    pub fn default_pooling(&self) -> Pooling {
+        self.inner.model_config.pooling.unwrap_or(Pooling::Mean)
+    }
+
     /// Aborts a request by id.
     pub fn abort(&self, id: SeqId) {
         let _ = self.send(Command::Abort(id));
@@ -394,6 +428,8 @@ pub struct CompletedRequest {
     pub finish_reason: Option<FinishReason>,
     pub logprobs: Vec<SampledLogprobs>,
     pub metrics: Option<RequestMetrics>,
+    /// An embedding request's vector.
+    pub embedding: Option<Vec<f32>>,
 }
 
 impl RequestStream {
@@ -423,6 +459,9 @@ impl RequestStream {
             c.text.push_str(&o.text);
             c.token_ids.extend(o.token_ids);
             c.logprobs.extend(o.logprobs);
+            if o.embedding.is_some() {
+                c.embedding = o.embedding;
+            }
             if o.finish_reason.is_some() {
                 c.finish_reason = o.finish_reason;
                 c.metrics = o.metrics;

@@ -388,7 +388,7 @@ impl LlmEngine {
             crate::config::RequestSpeculation::resolve(params.speculative_config.as_ref(), self.speculative.as_ref())
                 .map_err(EngineError::InvalidRequest)?;
         let mut seq = Sequence::new(id, prompt, params, max_total);
-        seq.spec_cfg = spec_cfg.filter(|_| seq.params.speculates());
+        seq.spec_cfg = spec_cfg.filter(|_| seq.params.speculates() && seq.pooler.is_none());
         seq.group = group;
         seq.matcher = matcher;
         if let Some(t) = &mut self.trace {
@@ -460,7 +460,8 @@ impl LlmEngine {
             .iter()
             .map(|&(id, n)| {
                 let s = &self.scheduler.seqs[&id];
-                let sample = s.num_computed_tokens + n == s.num_tokens();
+                // An embedding samples nothing: its rows' hidden states come back.
+                let sample = s.num_computed_tokens + n == s.num_tokens() && s.pooler.is_none();
                 want_logits |= sample && s.params.needs_logits();
                 SeqChunk {
                     token_ids: &s.token_ids,
@@ -470,6 +471,7 @@ impl LlmEngine {
                     sample,
                     // A drafting sequence: a row for the pending token and each draft.
                     logits_from: (s.num_draft > 0).then_some(s.num_computed_tokens),
+                    hidden: s.pooler.is_some(),
                 }
             })
             .collect();
@@ -521,9 +523,20 @@ impl LlmEngine {
         let mut outputs = Vec::new();
         let mut finished = Vec::new();
         let mut row = 0;
+        let mut token_at = 0;
+        let hidden = self.model_config.hidden;
         for &(id, n) in &plan.scheduled {
             let sched = &mut self.scheduler;
             let seq = sched.seqs.get_mut(&id).expect("scheduled sequence exists");
+            let first = token_at;
+            token_at += n;
+            if let (Some(p), Some(h)) = (&mut seq.pooler, &result.hidden) {
+                p.add(
+                    seq.num_computed_tokens,
+                    &h[first * hidden..(first + n) * hidden],
+                    hidden,
+                );
+            }
             seq.num_computed_tokens += n;
             // A drafting sequence: back to its pending token; what to emit.
             let spec = (seq.num_draft > 0).then(|| {
@@ -545,6 +558,16 @@ impl LlmEngine {
                 .blocks
                 .note_computed(&mut seq.block_table, &seq.token_ids, seq.num_computed_tokens);
             if seq.num_computed_tokens != seq.num_tokens() {
+                continue;
+            }
+            if let Some(p) = &seq.pooler {
+                outputs.push(super::embedding::finish(
+                    seq,
+                    p.finish(seq.prompt_len),
+                    now,
+                    &mut self.metrics,
+                ));
+                finished.push(id);
                 continue;
             }
             let (toks, mut lp, constraint_done) = match &spec {

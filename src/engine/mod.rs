@@ -4,6 +4,7 @@
 pub mod block_manager;
 pub mod config;
 pub mod draft_model;
+pub mod embedding;
 mod error;
 mod guided;
 pub mod handle;

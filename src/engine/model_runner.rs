@@ -25,6 +25,9 @@ pub struct SeqChunk<'a> {
     /// Every token of the chunk at or past this position yields a logits row
     /// (scoring, e.g. perplexity) instead of the last one only.
     pub logits_from: Option<usize>,
+    /// Every token of the chunk's final-normed hidden state comes back
+    /// (`StepResult::hidden`; embeddings).
+    pub hidden: bool,
 }
 
 /// What a step returns, one entry per sampling sequence in batch order.
@@ -34,6 +37,9 @@ pub struct StepResult {
     pub argmax: Vec<u32>,
     /// `rows x vocab` logits when asked for.
     pub logits: Option<Vec<f32>>,
+    /// Where a chunk asked for them: the final-normed hidden state of every
+    /// token of the step (`tokens x hidden`, chunks in batch order).
+    pub hidden: Option<Vec<f32>>,
 }
 
 /// What the engine needs of a model runner, whatever its backend.
@@ -142,14 +148,21 @@ impl<B: Backend> ModelRunner<B> {
         let ks = &self.kernels;
         let vocab = self.model.cfg.vocab;
         let mut reads = vec![(&b.act.sampled, (rows * 4) as u64)];
+        let want_hidden = batch.iter().any(|c| c.hidden);
+        if want_hidden {
+            let t: usize = batch.iter().map(|c| c.len).sum();
+            reads.push((&b.act.x, (t * self.model.cfg.hidden * 4) as u64));
+        }
         if want_logits && n_rows > 0 {
             reads.push((&b.act.logits, (n_rows * vocab * 4) as u64));
         }
         let mut out = ks.finish(enc, &reads).map_err(backend_err)?;
-        let logits = (out.len() > 1).then(|| bytemuck::pod_collect_to_vec(&out.remove(1)));
+        let logits =
+            (out.len() > 1 + usize::from(want_hidden)).then(|| bytemuck::pod_collect_to_vec(&out.pop().expect("read")));
+        let hidden = want_hidden.then(|| bytemuck::pod_collect_to_vec(&out.remove(1)));
         let mut argmax: Vec<u32> = bytemuck::pod_collect_to_vec(&out.remove(0));
         argmax.truncate(n_rows);
-        Ok(StepResult { argmax, logits })
+        Ok(StepResult { argmax, logits, hidden })
     }
 
     /// See `StepRunner::masked_argmax`.
@@ -332,6 +345,7 @@ impl<B: Backend> ModelRunner<B> {
             block_size: bs as u32,
             max_query_len,
             act: &b.act,
+            all_hidden: batch.iter().any(|c| c.hidden),
         };
         let mut enc = ks.begin();
         self.model

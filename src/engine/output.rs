@@ -32,4 +32,6 @@ pub struct RequestOutput {
     pub num_prompt_tokens: usize,
     /// Set on the last output.
     pub metrics: Option<RequestMetrics>,
+    /// An embedding request's vector (its only output).
+    pub embedding: Option<Vec<f32>>,
 }

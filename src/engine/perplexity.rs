@@ -96,6 +96,7 @@ impl LlmEngine {
                 block_tables: &table.blocks,
                 sample: false,
                 logits_from: Some(first),
+                hidden: false,
             };
             let from = start.max(first);
             let rows = (start + len).saturating_sub(from);

@@ -64,5 +64,6 @@ pub(super) fn postprocess_token(
         finish_reason: finish,
         num_prompt_tokens: seq.prompt_len,
         metrics: None,
+        embedding: None,
     }
 }

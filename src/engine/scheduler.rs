@@ -150,7 +150,12 @@ impl Scheduler {
                     break;
                 };
                 let seq = &self.seqs[&id];
-                let cached = self.blocks.cached_prefix(&seq.token_ids);
+                // Mean and cls embeddings need every position's hidden state.
+                let cached = if seq.pooler.as_ref().is_some_and(|p| p.needs_every_row()) {
+                    super::CachedPrefix::default()
+                } else {
+                    self.blocks.cached_prefix(&seq.token_ids)
+                };
                 let num_cached = cached.len() * self.blocks.block_size;
                 let need = (seq.num_tokens() - num_cached).min(budget);
                 let fits =

@@ -88,6 +88,9 @@ pub struct Sequence {
     /// How it speculates (the engine's settings under the request's own,
     /// `RequestSpeculation::resolve`); `None`: it does not.
     pub spec_cfg: Option<crate::config::SpeculativeConfig>,
+    /// An embedding request's pooling (`params.embed`): it computes its
+    /// prompt and finishes with the pooled vector, sampling nothing.
+    pub pooler: Option<Box<super::embedding::Pooler>>,
 }
 
 /// A sequence's drafting state: the draft length adapts to what the model
@@ -167,6 +170,7 @@ impl SpecState {
 impl Sequence {
     pub fn new(id: SeqId, prompt: Vec<u32>, params: SamplingParams, max_total_tokens: usize) -> Self {
         let prompt_len = prompt.len();
+        let pooler = params.embed.map(|e| Box::new(super::embedding::Pooler::new(e)));
         Self {
             id,
             group: id,
@@ -194,6 +198,7 @@ impl Sequence {
             num_draft: 0,
             spec: Default::default(),
             spec_cfg: None,
+            pooler,
         }
     }
 

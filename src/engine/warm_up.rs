@@ -195,6 +195,7 @@ impl LlmEngine {
             block_tables: &tables,
             sample: true,
             logits_from: None,
+            hidden: false,
         };
         self.runner.execute(&[chunk], false)?;
         Ok(1)
@@ -244,6 +245,7 @@ impl LlmEngine {
                 block_tables: t,
                 sample: true,
                 logits_from: None,
+                hidden: false,
             })
             .collect();
         let started = Instant::now();

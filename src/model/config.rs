@@ -28,6 +28,8 @@ pub struct ModelConfig {
     pub tie_embeddings: bool,
     /// What the family does beyond the Llama layer.
     pub spec: ArchSpec,
+    /// The embedding pooling the file names (`{arch}.pooling_type`), if any.
+    pub pooling: Option<crate::config::Pooling>,
 }
 
 impl ModelConfig {
@@ -92,6 +94,9 @@ impl ModelConfig {
             rope_pairing: family.gguf_pairing,
             max_context: u("context_length").unwrap_or(2048),
             tie_embeddings: !g.tensors.contains_key("output.weight"),
+            pooling: u("pooling_type")
+                .ok()
+                .and_then(|v| crate::config::Pooling::from_gguf(v as u64)),
             arch,
             spec,
         };
@@ -130,6 +135,7 @@ impl ModelConfig {
             rope_pairing: RopePairing::RotateHalf,
             max_context: j.max_position_embeddings.unwrap_or(2048),
             tie_embeddings: j.tie_word_embeddings,
+            pooling: None,
             arch: j.model_type,
             spec,
         };

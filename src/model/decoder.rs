@@ -119,6 +119,8 @@ pub struct Forward<'a, B: Backend> {
     /// The most tokens of one sequence in this step (see `PagedKv::max_query_len`).
     pub max_query_len: u32,
     pub act: &'a Activations<B>,
+    /// Also every row's final-normed hidden state into `act.x` (embeddings).
+    pub all_hidden: bool,
 }
 
 /// One layer's paged KV cache in a step: its K and V buffers (the layer's
@@ -509,17 +511,44 @@ impl<B: Backend> DecoderModel<B> {
             Some(p) if !fused => (p, Some(&b.h)),
             _ => (&b.h, None),
         };
-        ks.rms_norm(
-            enc,
-            Rows::new(last, c.hidden),
-            &self.final_norm,
-            residual,
-            Some(f.logits_rows),
-            eps,
-            n_rows,
-            hidden,
-            &b.xf,
-        )?;
+        if f.all_hidden {
+            // Every row, normed, into x (free by now); with a residual, h
+            // then holds the sum, which the logits rows read as it is.
+            ks.rms_norm(
+                enc,
+                Rows::new(last, c.hidden),
+                &self.final_norm,
+                residual,
+                None,
+                eps,
+                t,
+                hidden,
+                &b.x,
+            )?;
+            ks.rms_norm(
+                enc,
+                Rows::new(&b.h, c.hidden),
+                &self.final_norm,
+                None,
+                Some(f.logits_rows),
+                eps,
+                n_rows,
+                hidden,
+                &b.xf,
+            )?;
+        } else {
+            ks.rms_norm(
+                enc,
+                Rows::new(last, c.hidden),
+                &self.final_norm,
+                residual,
+                Some(f.logits_rows),
+                eps,
+                n_rows,
+                hidden,
+                &b.xf,
+            )?;
+        }
         ks.gemm(
             enc,
             self.lm_head(),

@@ -28,11 +28,15 @@ macro_rules! sampling_params {
             /// `response_format` / `structured_outputs`, or `generate --json-schema`).
             #[serde(skip)]
             pub constraint: Option<super::constraint::Constraint>,
+            /// An embedding request: the prompt's pooled hidden state comes
+            /// back instead of generated tokens (`Engine::embed`).
+            #[serde(skip)]
+            pub embed: Option<crate::config::EmbedSpec>,
         }
 
         impl Default for SamplingParams {
             fn default() -> Self {
-                Self { $( $name: $default, )* constraint: None }
+                Self { $( $name: $default, )* constraint: None, embed: None }
             }
         }
 

@@ -9,6 +9,7 @@
 mod access;
 pub use access::ct_eq;
 mod completions;
+mod embeddings;
 pub mod error;
 pub mod listener;
 mod pages;
@@ -146,6 +147,7 @@ pub fn router(engine: Engine, cfg: ServerConfig) -> Router {
         .route("/v1/models/{id}", get(model_by_id))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(completions::chat_completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .fallback(|| async {
             ApiError {
                 status: StatusCode::NOT_FOUND,

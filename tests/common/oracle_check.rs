@@ -68,6 +68,7 @@ pub fn check_greedy<B: Backend>(tok: &Tokenizer, runner: &ModelRunner<B>) {
                 block_tables: &table,
                 sample: last,
                 logits_from: None,
+                hidden: false,
             };
             let r = runner.execute(&[chunk], last).unwrap();
             if last {
@@ -101,6 +102,7 @@ pub fn check_greedy<B: Backend>(tok: &Tokenizer, runner: &ModelRunner<B>) {
                 block_tables: &table,
                 sample: true,
                 logits_from: None,
+                hidden: false,
             };
             got.push(runner.execute(&[chunk], false).unwrap().argmax[0]);
         }

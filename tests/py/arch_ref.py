@@ -5,6 +5,8 @@ llama.cpp's own gguf-py), following each family's published definition:
 llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3.
 
   arch_ref.py MODEL.gguf N ID,ID,...[;ID,ID,...]   greedy-generates N tokens after each prompt
+  arch_ref.py MODEL.gguf embed:POOLING IDS[;IDS]    each prompt's embedding: the final-normed
+                                                  hidden states pooled (mean, cls or last), L2-normalised
 
 Prints one JSON object a prompt: {"tokens": [...], "margins": [...]} where margins[i]
 is the gap between the best and second-best logit at step i (a small gap is
@@ -26,7 +28,9 @@ def field(r, key, default=None):
 
 
 def main():
-    path, n_new = sys.argv[1], int(sys.argv[2])
+    path, mode = sys.argv[1], sys.argv[2]
+    pooling = mode.split(":", 1)[1] if mode.startswith("embed:") else None
+    n_new = 0 if pooling else int(mode)
     prompts = [[int(x) for x in p.split(",")] for p in sys.argv[3].split(";")]
     r = GGUFReader(path)
     arch = field(r, "general.architecture")
@@ -82,7 +86,7 @@ def main():
     def silu(x):
         return x / (1.0 + np.exp(-x))
 
-    def forward(toks):
+    def hidden_states(toks):
         T = len(toks)
         h = W["token_embd.weight"][toks]
         if gemma:
@@ -129,13 +133,23 @@ def main():
             if gemma:
                 m = rms(m, p("post_ffw_norm.weight"))
             h = h + m
-        x = rms(h[-1], W["output_norm.weight"])
+        return h
+
+    def forward(toks):
+        x = rms(hidden_states(toks)[-1], W["output_norm.weight"])
         head = W.get("output.weight", W["token_embd.weight"])
         logits = head @ x
         if final_cap:
             logits = final_cap * np.tanh(logits / final_cap)
         return logits
 
+    if pooling:
+        for ids in prompts:
+            x = rms(hidden_states(list(ids)), W["output_norm.weight"])
+            e = {"mean": lambda: x.mean(axis=0), "cls": lambda: x[0], "last": lambda: x[-1]}[pooling]()
+            e = e / np.linalg.norm(e)
+            print(json.dumps({"embedding": e.tolist()}))
+        return
     for ids in prompts:
         toks, out, margins = list(ids), [], []
         for _ in range(n_new):
