@@ -5,8 +5,8 @@ llama.cpp's own gguf-py), following each family's published definition:
 llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3.
 
   arch_ref.py MODEL.gguf N ID,ID,...[;ID,ID,...]   greedy-generates N tokens after each prompt
-  arch_ref.py MODEL.gguf embed:POOLING IDS[;IDS]    each prompt's embedding: the final-normed
-                                                  hidden states pooled (mean, cls or last), L2-normalised
+  arch_ref.py MODEL.gguf embed IDS[;IDS]           each prompt's embeddings: the final-normed
+                                                  hidden states pooled by mean, cls and last, L2-normalised
 
 Prints one JSON object a prompt: {"tokens": [...], "margins": [...]} where margins[i]
 is the gap between the best and second-best logit at step i (a small gap is
@@ -29,8 +29,7 @@ def field(r, key, default=None):
 
 def main():
     path, mode = sys.argv[1], sys.argv[2]
-    pooling = mode.split(":", 1)[1] if mode.startswith("embed:") else None
-    n_new = 0 if pooling else int(mode)
+    n_new = 0 if mode == "embed" else int(mode)
     prompts = [[int(x) for x in p.split(",")] for p in sys.argv[3].split(";")]
     r = GGUFReader(path)
     arch = field(r, "general.architecture")
@@ -143,12 +142,11 @@ def main():
             logits = final_cap * np.tanh(logits / final_cap)
         return logits
 
-    if pooling:
+    if mode == "embed":
         for ids in prompts:
             x = rms(hidden_states(list(ids)), W["output_norm.weight"])
-            e = {"mean": lambda: x.mean(axis=0), "cls": lambda: x[0], "last": lambda: x[-1]}[pooling]()
-            e = e / np.linalg.norm(e)
-            print(json.dumps({"embedding": e.tolist()}))
+            pooled = {"mean": x.mean(axis=0), "cls": x[0], "last": x[-1]}
+            print(json.dumps({k: (e / np.linalg.norm(e)).tolist() for k, e in pooled.items()}))
         return
     for ids in prompts:
         toks, out, margins = list(ids), [], []
