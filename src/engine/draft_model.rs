@@ -164,6 +164,12 @@ impl DraftModel {
         )
     }
 
+    /// Bytes of its weights and step buffers and of the pool's blocks in use.
+    pub fn allocated_bytes(&self) -> u64 {
+        let block = self.kv_bytes() / self.blocks.num_blocks().max(1) as u64;
+        self.static_bytes + (self.blocks.num_blocks() - self.blocks.num_free_blocks()) as u64 * block
+    }
+
     /// Bytes of the draft's KV pool.
     pub fn kv_bytes(&self) -> u64 {
         self.runner.kv_bytes()

@@ -271,6 +271,13 @@ impl Engine {
         self.inner.model_config.pooling.unwrap_or(Pooling::Mean)
     }
 
+    /// Whether no more than `handles` handles on this engine exist (streams
+    /// of requests in flight hold one each): with the caller's own, 1 means
+    /// nothing else uses it.
+    pub fn is_idle_but(&self, handles: usize) -> bool {
+        Arc::strong_count(&self.inner) <= handles
+    }
+
     /// Aborts a request by id.
     pub fn abort(&self, id: SeqId) {
         let _ = self.send(Command::Abort(id));

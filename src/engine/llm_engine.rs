@@ -667,6 +667,10 @@ impl LlmEngine {
         let used = (b.num_blocks() - b.num_free_blocks()) as u64;
         m.gpu_memory_allocated_bytes = self.static_bytes + used * block_bytes;
         m.gpu_memory_reserved_bytes = self.static_bytes + self.runner.kv_bytes();
+        if let Some(d) = &self.draft {
+            m.gpu_memory_allocated_bytes += d.allocated_bytes();
+            m.gpu_memory_reserved_bytes += d.static_bytes + d.kv_bytes();
+        }
         m.gpu_memory_allocated_peak_bytes = m.gpu_memory_allocated_peak_bytes.max(m.gpu_memory_allocated_bytes);
         m.gpu_memory_reserved_peak_bytes = m.gpu_memory_reserved_peak_bytes.max(m.gpu_memory_reserved_bytes);
     }

@@ -74,6 +74,11 @@ fn mib(b: u64) -> String {
 }
 
 impl MemoryPlan {
+    /// Weights, step buffers and KV pool together.
+    pub fn total(&self) -> u64 {
+        self.weights + self.activations + self.kv
+    }
+
     /// Plans the pool for `weights` and `activations` bytes.
     pub fn new(weights: u64, activations: u64, inp: &MemoryInputs) -> Result<Self, String> {
         if let Some(u) = inp.gpu_memory_utilization

@@ -256,6 +256,15 @@ impl GpuContext {
     }
 
     /// One line naming the adapter, backend and driver.
+    /// Bytes of device memory bound to this device's live buffers and
+    /// textures now (wgpu-hal's counters; resources dropped are counted out
+    /// once the device has been polled).
+    pub fn device_bytes(&self) -> u64 {
+        let _ = self.device.poll(wgpu::PollType::wait_indefinitely());
+        let c = self.device.get_internal_counters();
+        (c.hal.buffer_memory.read() + c.hal.texture_memory.read()).max(0) as u64
+    }
+
     pub fn describe(&self) -> String {
         describe_info(&self.info)
     }

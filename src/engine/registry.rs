@@ -1,0 +1,290 @@
+//! ModelRegistry: several models on one device, each its own `Engine` (its
+//! weights, KV pool, step buffers and step thread), loaded by name on first
+//! use and unloaded on request or after sitting idle (Ollama's
+//! `keep_alive`). Loading a model that would take the loaded ones past the
+//! memory budget first unloads the least recently used idle models; where
+//! that is not enough it is refused, naming what is loaded and how much is
+//! missing. A model is idle when no request holds it (no stream of it is
+//! alive). Unloading a model with requests in flight lets them finish: the
+//! registry drops its handle, and the engine (and its memory) goes when its
+//! last stream does. Loads reuse the device's pipelines and the persisted
+//! pipeline cache, so a reload compiles nothing.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::{Engine, EngineConfig, EngineError, LlmEngine, MemoryPlan};
+use crate::backend::Backend;
+use crate::backend::wgsl::Kernels;
+use crate::gpu::GpuContext;
+use crate::model::ModelFiles;
+
+/// One model's place in the registry.
+struct Slot {
+    path: PathBuf,
+    engine: Option<Engine>,
+    /// Bytes its plan reserves while loaded.
+    bytes: u64,
+    last_used: Instant,
+    /// How long it may sit idle before it is unloaded (`None`: the registry's).
+    keep_alive: Option<Duration>,
+    load_seconds: Option<f64>,
+    loads: u32,
+}
+
+/// What `ModelRegistry::list` tells of a model.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ModelInfo {
+    pub name: String,
+    pub path: PathBuf,
+    pub loaded: bool,
+    /// Requests of it in flight (loaded only).
+    pub busy: bool,
+    /// Device bytes its memory plan reserves (weights, step buffers, KV pool), while loaded.
+    pub bytes: u64,
+    pub idle_seconds: f64,
+    /// Seconds its last load took, and how many times it was loaded.
+    pub load_seconds: Option<f64>,
+    pub loads: u32,
+}
+
+/// Models by name on one device.
+pub struct ModelRegistry {
+    ctx: GpuContext,
+    /// Every engine's settings but the model.
+    base: EngineConfig,
+    /// Bytes all loaded models' plans may reserve together (`None`: no limit).
+    pub budget: Option<u64>,
+    /// Idle time after which a model is unloaded (`None`: never).
+    pub idle_unload: Option<Duration>,
+    slots: Mutex<BTreeMap<String, Slot>>,
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
+}
+
+impl ModelRegistry {
+    pub fn new(ctx: &GpuContext, base: EngineConfig, budget: Option<u64>, idle_unload: Option<Duration>) -> Self {
+        Self {
+            ctx: ctx.clone(),
+            base,
+            budget,
+            idle_unload,
+            slots: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn slots(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Slot>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a model file (or Hugging Face directory) under `name`, not loaded.
+    pub fn add(&self, name: &str, path: impl Into<PathBuf>) -> Result<(), EngineError> {
+        let path = path.into();
+        if name.is_empty() {
+            return Err(EngineError::Config("a model name must not be empty".into()));
+        }
+        if !path.exists() {
+            return Err(EngineError::Config(format!(
+                "model {name}: {} does not exist",
+                path.display()
+            )));
+        }
+        let mut slots = self.slots();
+        if let Some(s) = slots.get(name) {
+            return Err(EngineError::Config(format!(
+                "the name {name} is taken by {}: give each model its own name",
+                s.path.display()
+            )));
+        }
+        slots.insert(
+            name.into(),
+            Slot {
+                path,
+                engine: None,
+                bytes: 0,
+                last_used: Instant::now(),
+                keep_alive: None,
+                load_seconds: None,
+                loads: 0,
+            },
+        );
+        Ok(())
+    }
+
+    /// Registers every `.gguf` file of `dir`, each named after its file stem; returns the names.
+    pub fn add_dir(&self, dir: &Path) -> Result<Vec<String>, EngineError> {
+        let rd = std::fs::read_dir(dir).map_err(|e| EngineError::Config(format!("{}: {e}", dir.display())))?;
+        let mut files: Vec<PathBuf> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x.eq_ignore_ascii_case("gguf")))
+            .collect();
+        files.sort();
+        let mut names = Vec::new();
+        for f in files {
+            let name = f
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            self.add(&name, &f)?;
+            names.push(name);
+        }
+        Ok(names)
+    }
+
+    /// Every model, loaded or not, by name.
+    pub fn list(&self) -> Vec<ModelInfo> {
+        let now = Instant::now();
+        self.slots()
+            .iter()
+            .map(|(name, s)| ModelInfo {
+                name: name.clone(),
+                path: s.path.clone(),
+                loaded: s.engine.is_some(),
+                busy: s.engine.as_ref().is_some_and(|e| !e.is_idle_but(1)),
+                bytes: if s.engine.is_some() { s.bytes } else { 0 },
+                idle_seconds: (now - s.last_used).as_secs_f64(),
+                load_seconds: s.load_seconds,
+                loads: s.loads,
+            })
+            .collect()
+    }
+
+    /// Sets how long `name` may sit idle before it is unloaded (`None`: the registry's `idle_unload`).
+    pub fn set_keep_alive(&self, name: &str, keep_alive: Option<Duration>) -> Result<(), EngineError> {
+        let mut slots = self.slots();
+        let s = slots.get_mut(name).ok_or_else(|| unknown(name))?;
+        s.keep_alive = keep_alive;
+        Ok(())
+    }
+
+    /// The model's engine, loaded now if it is not (see `load`); marks it used.
+    pub fn get(&self, name: &str) -> Result<Engine, EngineError> {
+        self.load(name)
+    }
+
+    /// Loads `name` if it is not loaded, first unloading least recently used
+    /// idle models where the budget needs their room; returns its engine.
+    pub fn load(&self, name: &str) -> Result<Engine, EngineError> {
+        let mut slots = self.slots();
+        let slot = slots.get_mut(name).ok_or_else(|| unknown(name))?;
+        slot.last_used = Instant::now();
+        if let Some(e) = &slot.engine {
+            return Ok(e.clone());
+        }
+        let cfg = EngineConfig {
+            model: slot.path.clone(),
+            ..self.base.clone()
+        };
+        let need = self.plan(&cfg)?.total();
+        if let Some(budget) = self.budget {
+            let held = |slots: &BTreeMap<String, Slot>| -> u64 {
+                slots.values().filter(|s| s.engine.is_some()).map(|s| s.bytes).sum()
+            };
+            while held(&slots) + need > budget {
+                // The least recently used idle model makes room.
+                let victim = slots
+                    .iter()
+                    .filter(|(_, s)| s.engine.as_ref().is_some_and(|e| e.is_idle_but(1)))
+                    .min_by_key(|(_, s)| s.last_used)
+                    .map(|(n, _)| n.clone());
+                match victim {
+                    Some(v) => {
+                        let s = slots.get_mut(&v).expect("listed");
+                        s.engine = None;
+                    }
+                    None => {
+                        let loaded: Vec<String> = slots
+                            .iter()
+                            .filter(|(_, s)| s.engine.is_some())
+                            .map(|(n, s)| format!("{n} ({}, busy)", mib(s.bytes)))
+                            .collect();
+                        return Err(EngineError::Config(format!(
+                            "loading {name} needs {} but the models' budget of {} holds {} already \
+                             ({}): {} missing; unload a model, wait for its requests to end, or raise the budget",
+                            mib(need),
+                            mib(budget),
+                            mib(held(&slots)),
+                            loaded.join(", "),
+                            mib(held(&slots) + need - budget)
+                        )));
+                    }
+                }
+            }
+            // Memory of the models just unloaded goes back before the new one takes its own.
+            let _ = self.ctx.device_bytes();
+        }
+        let t = Instant::now();
+        let engine = Engine::from_core(LlmEngine::with_context(&self.ctx, &cfg)?);
+        let slot = slots.get_mut(name).expect("looked up above");
+        slot.bytes = engine.memory_plan().total();
+        slot.load_seconds = Some(t.elapsed().as_secs_f64());
+        slot.loads += 1;
+        slot.engine = Some(engine.clone());
+        Ok(engine)
+    }
+
+    /// Unloads `name`: its requests in flight finish, then its memory goes.
+    /// Returns whether it was loaded.
+    pub fn unload(&self, name: &str) -> Result<bool, EngineError> {
+        let was = {
+            let mut slots = self.slots();
+            let s = slots.get_mut(name).ok_or_else(|| unknown(name))?;
+            s.engine.take().is_some()
+        };
+        if was {
+            let _ = self.ctx.device_bytes();
+        }
+        Ok(was)
+    }
+
+    /// Unloads every idle model whose idle time passed its keep-alive; returns their names.
+    pub fn unload_idle(&self) -> Vec<String> {
+        let now = Instant::now();
+        let mut gone = Vec::new();
+        for (name, s) in self.slots().iter_mut() {
+            let Some(limit) = s.keep_alive.or(self.idle_unload) else {
+                continue;
+            };
+            if s.engine.as_ref().is_some_and(|e| e.is_idle_but(1)) && now - s.last_used >= limit {
+                s.engine = None;
+                gone.push(name.clone());
+            }
+        }
+        if !gone.is_empty() {
+            let _ = self.ctx.device_bytes();
+        }
+        gone
+    }
+
+    /// The device's bytes in live buffers and textures (`GpuContext::device_bytes`).
+    pub fn device_bytes(&self) -> u64 {
+        self.ctx.device_bytes()
+    }
+
+    /// The memory plan a model would load with, without loading it.
+    fn plan(&self, cfg: &EngineConfig) -> Result<MemoryPlan, EngineError> {
+        let kernels = Kernels::with_tiles(&self.ctx, cfg.gemm_tiles)?;
+        let files = ModelFiles::open_with(&cfg.model, cfg.quantize)?;
+        let c = files.config()?;
+        let groups = super::KvGroups::of(&c, cfg.hybrid_kv_cache);
+        LlmEngine::plan_memory(
+            kernels.device_memory(),
+            kernels.shares_host_memory(),
+            kernels.reads_narrow_weights(),
+            &files,
+            &c,
+            groups.len(),
+            cfg,
+            None,
+        )
+    }
+}
+
+fn unknown(name: &str) -> EngineError {
+    EngineError::InvalidRequest(format!("no model is named {name}"))
+}

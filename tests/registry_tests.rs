@@ -1,0 +1,191 @@
+//! Several models on one device (`engine::ModelRegistry`): two models loaded
+//! at once answer interleaved requests, each as that model alone does;
+//! unloading gives the device its memory back (wgpu-hal's counters of live
+//! buffer and texture bytes); idle models unload after their keep-alive and
+//! the next request reloads them; a load past the budget unloads an idle
+//! model or, with every loaded model busy, is refused naming them and the
+//! bytes missing; a model unloaded with a request in flight lets it finish.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use wllm::engine::ModelRegistry;
+use wllm::{EngineConfig, Prompt, SamplingParams};
+
+fn base() -> EngineConfig {
+    EngineConfig {
+        kv_cache_memory: Some(64 << 20),
+        max_model_len: Some(512),
+        max_num_seqs: 8,
+        ..Default::default()
+    }
+}
+
+fn greedy(n: usize) -> SamplingParams {
+    SamplingParams {
+        max_tokens: Some(n),
+        ignore_eos: true,
+        ..SamplingParams::greedy()
+    }
+}
+
+fn prompts() -> Vec<String> {
+    [
+        "The capital of France is",
+        "def fibonacci(n):",
+        "Once upon a time",
+        "The three primary colours are",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+#[test]
+fn two_models_answer_interleaved_requests_as_each_does_alone() {
+    let ctx = &kernels().ctx;
+    let reg = ModelRegistry::new(ctx, base(), None, None);
+    reg.add("smollm2", default_model_path()).unwrap();
+    reg.add("gemma3", gemma3_path()).unwrap();
+    assert!(reg.add("gemma3", default_model_path()).is_err(), "names are unique");
+    // Each model alone.
+    let mut alone = Vec::new();
+    for name in ["smollm2", "gemma3"] {
+        let e = reg.get(name).unwrap();
+        alone.push(
+            prompts()
+                .into_iter()
+                .map(|p| {
+                    e.generate(Prompt::Text(p), greedy(12))
+                        .unwrap()
+                        .collect_all()
+                        .unwrap()
+                        .token_ids
+                })
+                .collect::<Vec<_>>(),
+        );
+        drop(e);
+        reg.unload(name).unwrap();
+    }
+    // Both loaded, requests interleaved from threads.
+    let a = reg.get("smollm2").unwrap();
+    let b = reg.get("gemma3").unwrap();
+    assert!(reg.list().iter().all(|m| m.loaded));
+    let got: Vec<(usize, usize, Vec<u32>)> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..8)
+            .map(|i| {
+                let (m, e) = if i % 2 == 0 { (0, &a) } else { (1, &b) };
+                let p = prompts()[i / 2].clone();
+                s.spawn(move || {
+                    (
+                        m,
+                        i / 2,
+                        e.generate(Prompt::Text(p), greedy(12))
+                            .unwrap()
+                            .collect_all()
+                            .unwrap()
+                            .token_ids,
+                    )
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (m, p, toks) in got {
+        assert_eq!(toks, alone[m][p], "model {m} prompt {p}");
+    }
+}
+
+#[test]
+fn unload_returns_memory_idle_models_unload_and_the_budget_holds() {
+    // A device of its own: the counters are the device's, and other tests load models on the shared one.
+    let own = wllm::gpu::GpuContext::new(&wllm::gpu::GpuOptions::default()).unwrap();
+    let ctx = &own;
+    let probe = ModelRegistry::new(ctx, base(), None, None);
+    let before = probe.device_bytes();
+    probe.add("smollm2", default_model_path()).unwrap();
+    let e = probe.load("smollm2").unwrap();
+    let loaded = probe.device_bytes();
+    let planned = probe.list()[0].bytes;
+    let c = ctx.device.get_internal_counters();
+    eprintln!(
+        "buffers {} textures {}",
+        c.hal.buffer_memory.read(),
+        c.hal.texture_memory.read()
+    );
+    eprintln!("device bytes: before {before}, loaded {loaded} (plan {planned})");
+    assert!(loaded > before + planned / 2, "loading takes device memory");
+    // Unloaded with a request in flight: it finishes, then the memory goes.
+    let stream = e.generate(Prompt::Text("Once upon a time".into()), greedy(20)).unwrap();
+    drop(e);
+    assert!(probe.unload("smollm2").unwrap());
+    assert!(!probe.list()[0].loaded);
+    let done = stream.collect_all().unwrap();
+    assert_eq!(done.token_ids.len(), 20, "the request in flight finished");
+    let after = probe.device_bytes();
+    eprintln!("device bytes after unload: {after}");
+    assert!(
+        after <= before,
+        "unloading gives every byte back: {after} after, {before} before"
+    );
+    drop(probe);
+
+    // Idle unload: a model with a keep-alive of 0.3 s, used then left.
+    let reg = ModelRegistry::new(ctx, base(), None, Some(Duration::from_secs(3600)));
+    reg.add("smollm2", default_model_path()).unwrap();
+    reg.add("gemma3", gemma3_path()).unwrap();
+    reg.set_keep_alive("smollm2", Some(Duration::from_millis(300))).unwrap();
+    let e = reg.get("smollm2").unwrap();
+    e.generate(Prompt::Text("Hi".into()), greedy(2))
+        .unwrap()
+        .collect_all()
+        .unwrap();
+    assert!(reg.unload_idle().is_empty(), "held: not idle");
+    drop(e);
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(reg.unload_idle(), vec!["smollm2".to_string()]);
+    let e = reg.get("smollm2").unwrap();
+    let info = reg.list().into_iter().find(|m| m.name == "smollm2").unwrap();
+    assert!(info.loaded && info.loads == 2, "{info:?}");
+    eprintln!("reload took {:.2} s", info.load_seconds.unwrap());
+    drop(e);
+    reg.unload("smollm2").unwrap();
+    drop(reg);
+
+    // A budget that holds one model at a time.
+    let sizes: Vec<u64> = ["smollm2", "gemma3"]
+        .iter()
+        .map(|n| {
+            let r = ModelRegistry::new(ctx, base(), None, None);
+            r.add(
+                n,
+                if *n == "smollm2" {
+                    default_model_path()
+                } else {
+                    gemma3_path()
+                },
+            )
+            .unwrap();
+            let _e = r.load(n).unwrap();
+            r.list()[0].bytes
+        })
+        .collect();
+    let budget = sizes[0].max(sizes[1]) + sizes[0].min(sizes[1]) / 2;
+    let reg = ModelRegistry::new(ctx, base(), Some(budget), None);
+    reg.add("smollm2", default_model_path()).unwrap();
+    reg.add("gemma3", gemma3_path()).unwrap();
+    let busy = reg.get("smollm2").unwrap();
+    let e = reg.get("gemma3").err().expect("refused: smollm2 is busy").to_string();
+    eprintln!("{e}");
+    assert!(e.contains("smollm2") && e.contains("missing"), "{e}");
+    drop(busy);
+    let g = reg.get("gemma3").unwrap();
+    let l = reg.list();
+    assert!(!l[1].loaded && l[0].loaded, "the idle model made room: {l:?}");
+    g.generate(Prompt::Text("Hi".into()), greedy(2))
+        .unwrap()
+        .collect_all()
+        .unwrap();
+}
