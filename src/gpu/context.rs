@@ -257,9 +257,12 @@ impl GpuContext {
 
     /// One line naming the adapter, backend and driver.
     /// Bytes of device memory bound to this device's live buffers and
-    /// textures now (wgpu-hal's counters; resources dropped are counted out
-    /// once the device has been polled).
+    /// textures now (wgpu-hal's counters), after flushing the queue's
+    /// pending uploads (their staging buffers live until a submission
+    /// completes) and polling the device (resources dropped are counted out
+    /// then).
     pub fn device_bytes(&self) -> u64 {
+        self.queue.submit(std::iter::empty());
         let _ = self.device.poll(wgpu::PollType::wait_indefinitely());
         let c = self.device.get_internal_counters();
         (c.hal.buffer_memory.read() + c.hal.texture_memory.read()).max(0) as u64
