@@ -1,7 +1,8 @@
 //! `wllm embed`: embeds texts (each `--text`, else each line of standard
-//! input) as one batch and prints, per text, its token count, norm and first
-//! values, then the cosine similarity of every pair; `--json` prints one
-//! JSON object per text with the whole vector.
+//! input) as one batch (or `--batch N` at a time) and prints, per text, its
+//! token count, norm and first values, then (up to ten texts) the cosine
+//! similarity of every pair, and the embeddings per second; `--json` prints
+//! one JSON object per text with the whole vector.
 
 use std::io::BufRead;
 
@@ -29,6 +30,9 @@ pub struct EmbedArgs {
     /// One JSON object per text: {"text", "tokens", "embedding"}.
     #[arg(long)]
     pub json: bool,
+    /// Texts embedded at a time (each group waits for the one before; default: all at once).
+    #[arg(long)]
+    pub batch: Option<usize>,
 }
 
 pub fn run(a: &EmbedArgs) -> anyhow::Result<()> {
@@ -49,8 +53,12 @@ pub fn run(a: &EmbedArgs) -> anyhow::Result<()> {
         pooling: a.pooling.unwrap_or_else(|| engine.default_pooling()),
         normalize: !a.no_normalize,
     };
+    let batch = a.batch.unwrap_or(texts.len()).max(1);
     let t = std::time::Instant::now();
-    let out = engine.embed_blocking(texts.iter().cloned().map(Prompt::Text).collect(), spec)?;
+    let mut out = Vec::with_capacity(texts.len());
+    for group in texts.chunks(batch) {
+        out.extend(engine.embed_blocking(group.iter().cloned().map(Prompt::Text).collect(), spec)?);
+    }
     let secs = t.elapsed().as_secs_f64();
     for (text, (e, tokens)) in texts.iter().zip(&out) {
         if a.json {
@@ -67,7 +75,8 @@ pub fn run(a: &EmbedArgs) -> anyhow::Result<()> {
             );
         }
     }
-    if !a.json {
+    // Every pair's similarity, for a handful of texts.
+    if !a.json && out.len() <= 10 {
         for i in 0..out.len() {
             for j in i + 1..out.len() {
                 let (x, y) = (&out[i].0, &out[j].0);
@@ -76,13 +85,14 @@ pub fn run(a: &EmbedArgs) -> anyhow::Result<()> {
                 println!("cosine({}, {}) = {:.4}", i + 1, j + 1, dot / (n(x) * n(y)));
             }
         }
-        let tokens: usize = out.iter().map(|(_, n)| n).sum();
-        eprintln!(
-            "[{} texts, {tokens} tokens, {} pooling, {} dimensions, {secs:.2} s]",
-            out.len(),
-            spec.pooling,
-            out[0].0.len()
-        );
     }
+    let tokens: usize = out.iter().map(|(_, n)| n).sum();
+    eprintln!(
+        "[{} texts, {tokens} tokens, {batch} at a time, {} pooling, {} dimensions, {secs:.3} s: {:.1} embeddings/s]",
+        out.len(),
+        spec.pooling,
+        out[0].0.len(),
+        out.len() as f64 / secs
+    );
     Ok(())
 }
