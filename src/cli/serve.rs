@@ -54,6 +54,50 @@ pub struct ServeArgs {
     /// are refused meanwhile) before the server exits.
     #[arg(long, default_value_t = 30)]
     pub shutdown_timeout: u64,
+    /// Another model beside --model, served under NAME and loaded on its first request
+    /// (repeatable): --add-model qwen=models/qwen2.5-0.5b-instruct-q4_k_m.gguf. Same engine flags.
+    #[arg(long, value_name = "NAME=PATH")]
+    pub add_model: Vec<String>,
+    /// Every .gguf file of this directory served beside --model, each named after its file (no
+    /// .gguf) and loaded on its first request.
+    #[arg(long, value_name = "DIR")]
+    pub models_dir: Option<std::path::PathBuf>,
+    /// Seconds an added model may sit with no request before it is unloaded (0: never; the
+    /// --model one stays loaded).
+    #[arg(long, default_value_t = 300)]
+    pub idle_unload: u64,
+    /// Bytes the added models may take together (their memory plans); a load past it unloads the
+    /// least recently used idle ones first, or is refused naming what is loaded. Default: no limit.
+    #[arg(long)]
+    pub models_memory: Option<u64>,
+}
+
+/// The registry of the models served beside the primary one, if any were given.
+fn added_models(a: &ServeArgs) -> anyhow::Result<Option<std::sync::Arc<wllm::engine::ModelRegistry>>> {
+    if a.add_model.is_empty() && a.models_dir.is_none() {
+        return Ok(None);
+    }
+    let mut base = a.engine.config()?;
+    // A draft model is the primary model's; the added ones run without.
+    base.speculative = base.speculative.filter(|s| !s.uses_draft_model());
+    let ctx = wllm::gpu::GpuContext::shared(&wllm::backend::gpu_options(&base))?;
+    let idle = (a.idle_unload > 0).then(|| std::time::Duration::from_secs(a.idle_unload));
+    let reg = wllm::engine::ModelRegistry::new(&ctx, base, a.models_memory, idle);
+    for spec in &a.add_model {
+        let Some((name, path)) = spec.split_once('=') else {
+            anyhow::bail!("--add-model takes NAME=PATH, got {spec:?}");
+        };
+        reg.add(name, path)?;
+    }
+    if let Some(dir) = &a.models_dir {
+        let names = reg.add_dir(dir)?;
+        if names.is_empty() {
+            anyhow::bail!("--models-dir {}: no .gguf file there", dir.display());
+        }
+    }
+    let names: Vec<String> = reg.list().into_iter().map(|m| m.name).collect();
+    eprintln!("also serving, loaded on first use: {}", names.join(", "));
+    Ok(Some(std::sync::Arc::new(reg)))
 }
 
 /// The default served name of a model path.
@@ -70,6 +114,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         anyhow::bail!("--api-key (or WLLM_API_KEY) is empty");
     }
     let nofile = listener::raise_nofile_limit();
+    let models = added_models(a)?;
     let engine = a.engine.start_server(256)?;
     let cfg = ServerConfig {
         served_model_name: a
@@ -89,7 +134,17 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         max_body_bytes: a.max_body_bytes,
         vllm_metric_names: a.vllm_metric_names,
         shutdown_timeout: std::time::Duration::from_secs(a.shutdown_timeout),
+        models,
     };
+    if let Some(r) = &cfg.models
+        && r.contains(&cfg.served_model_name)
+    {
+        anyhow::bail!(
+            "an added model is named {} as the --model one is served: rename it (--add-model NAME=PATH) or set \
+             --served-model-name",
+            cfg.served_model_name
+        );
+    }
     if cfg.api_key.is_none() && !a.host.starts_with("127.") && a.host != "localhost" && a.host != "::1" {
         eprintln!(
             "warning: serving on {} without --api-key: anyone who can reach it can use it",

@@ -136,6 +136,24 @@ impl ModelRegistry {
         Ok(names)
     }
 
+    /// Whether a model of this name is registered.
+    pub fn contains(&self, name: &str) -> bool {
+        self.slots().contains_key(name)
+    }
+
+    /// Whether the model is loaded now.
+    pub fn is_loaded(&self, name: &str) -> bool {
+        self.slots().get(name).is_some_and(|s| s.engine.is_some())
+    }
+
+    /// The loaded models' engines, by name (each clone holds its model until dropped).
+    pub fn loaded(&self) -> Vec<(String, Engine)> {
+        self.slots()
+            .iter()
+            .filter_map(|(n, s)| Some((n.clone(), s.engine.clone()?)))
+            .collect()
+    }
+
     /// Every model, loaded or not, by name.
     pub fn list(&self) -> Vec<ModelInfo> {
         let now = Instant::now();
@@ -282,6 +300,17 @@ impl ModelRegistry {
             cfg,
             None,
         )
+    }
+}
+
+impl std::fmt::Debug for ModelRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let models: Vec<(String, bool)> = self.list().into_iter().map(|m| (m.name, m.loaded)).collect();
+        f.debug_struct("ModelRegistry")
+            .field("models", &models)
+            .field("budget", &self.budget)
+            .field("idle_unload", &self.idle_unload)
+            .finish()
     }
 }
 

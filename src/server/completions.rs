@@ -37,16 +37,6 @@ async fn parse<T: serde::de::DeserializeOwned>(
 /// Chat roles wllm renders.
 const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
-fn check_model(s: &AppState, model: &Option<String>) -> Result<(), ApiError> {
-    match model {
-        Some(m) if m != &s.cfg.served_model_name => Err(ApiError::not_found(format!(
-            "the model `{m}` does not exist; this server serves `{}`",
-            s.cfg.served_model_name
-        ))),
-        _ => Ok(()),
-    }
-}
-
 /// The request's sampling parameters: OpenAI's defaults (the library's) with
 /// what the body sets, the endpoint's max_tokens and logprobs.
 fn sampling(c: &CommonParams, max_tokens: Option<usize>, logprobs: Option<usize>) -> Result<SamplingParams, ApiError> {
@@ -101,7 +91,7 @@ pub async fn completions(State(s): State<Arc<AppState>>, headers: HeaderMap, bod
     if tools.is_some() {
         return Err(ApiError::bad_request("tools are for chat completions", Some("tools")));
     }
-    check_model(&s, &req.common.model)?;
+    let s = s.for_model(req.common.model.as_deref()).await?;
     let prompts = match req.prompt {
         PromptInput::Text(t) => vec![Prompt::Text(t)],
         PromptInput::Texts(v) => v.into_iter().map(Prompt::Text).collect(),
@@ -160,7 +150,7 @@ pub async fn chat_completions(
     body: Body,
 ) -> Result<Response, ApiError> {
     let (req, constraint, tools): (ChatRequest, _, _) = parse(&s, &headers, body).await?;
-    check_model(&s, &req.common.model)?;
+    let s = s.for_model(req.common.model.as_deref()).await?;
     if req.messages.is_empty() {
         return Err(ApiError::bad_request("messages must not be empty", Some("messages")));
     }

@@ -63,14 +63,7 @@ pub async fn embeddings(State(s): State<Arc<AppState>>, headers: HeaderMap, body
     let v = super::request::json_body(&s, &headers, body).await?;
     let req: EmbeddingRequest =
         serde_json::from_value(v).map_err(|e| ApiError::bad_request(format!("malformed request body: {e}"), None))?;
-    if let Some(m) = &req.model
-        && m != &s.cfg.served_model_name
-    {
-        return Err(ApiError::not_found(format!(
-            "the model `{m}` does not exist; this server serves `{}`",
-            s.cfg.served_model_name
-        )));
-    }
+    let s = s.for_model(req.model.as_deref()).await?;
     let base64_out = match req.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,

@@ -12,6 +12,7 @@ mod completions;
 mod embeddings;
 pub mod error;
 pub mod listener;
+mod models;
 mod pages;
 pub mod protocol;
 mod request;
@@ -26,9 +27,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
 use axum::routing::{get, post};
 
 use crate::Engine;
@@ -62,6 +61,9 @@ pub struct ServerConfig {
     pub vllm_metric_names: bool,
     /// On Ctrl-C or SIGTERM, how long requests in progress may take to finish.
     pub shutdown_timeout: Duration,
+    /// More models beside the engine's, served by their registry names
+    /// (loaded on a request's first use; `/v1/models/{id}/load|unload`).
+    pub models: Option<Arc<crate::engine::ModelRegistry>>,
 }
 
 impl Default for ServerConfig {
@@ -79,15 +81,61 @@ impl Default for ServerConfig {
             max_body_bytes: 32 << 20,
             vllm_metric_names: false,
             shutdown_timeout: Duration::from_secs(30),
+            models: None,
         }
     }
 }
 
 pub(crate) struct AppState {
+    /// The engine of the model a request names (the server's primary model
+    /// in the router's state; a registry model's in a request's, `for_model`).
     pub engine: Engine,
+    /// `served_model_name` is the request's model.
     pub cfg: ServerConfig,
-    pub in_flight: AtomicUsize,
+    /// Sequences in flight, all models together.
+    pub in_flight: Arc<AtomicUsize>,
     pub created: u64,
+}
+
+impl AppState {
+    /// The state a request for `model` runs with: this one for the primary
+    /// model (or none named), else one whose engine is the registry's model,
+    /// loaded now if it is not (the load is logged with its time).
+    pub async fn for_model(self: &Arc<Self>, model: Option<&str>) -> Result<Arc<Self>, ApiError> {
+        let m = match model {
+            None => return Ok(self.clone()),
+            Some(m) if m == self.cfg.served_model_name => return Ok(self.clone()),
+            Some(m) => m.to_string(),
+        };
+        let Some(reg) = self.cfg.models.clone().filter(|r| r.contains(&m)) else {
+            let mut names = vec![self.cfg.served_model_name.clone()];
+            if let Some(r) = &self.cfg.models {
+                names.extend(r.list().into_iter().map(|i| i.name));
+            }
+            return Err(ApiError::not_found(format!(
+                "the model `{m}` does not exist; this server serves {}",
+                names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+            )));
+        };
+        let was_loaded = reg.is_loaded(&m);
+        let name = m.clone();
+        let t = std::time::Instant::now();
+        let engine = tokio::task::spawn_blocking(move || reg.get(&name))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))??;
+        if !was_loaded {
+            eprintln!("loaded model {m} in {:.2} s", t.elapsed().as_secs_f64());
+        }
+        Ok(Arc::new(Self {
+            engine,
+            cfg: ServerConfig {
+                served_model_name: m,
+                ..self.cfg.clone()
+            },
+            in_flight: self.in_flight.clone(),
+            created: self.created,
+        }))
+    }
 }
 
 /// Counts a request's sequences in flight until dropped.
@@ -133,7 +181,7 @@ pub fn router(engine: Engine, cfg: ServerConfig) -> Router {
     let state = Arc::new(AppState {
         engine,
         cfg,
-        in_flight: AtomicUsize::new(0),
+        in_flight: Arc::new(AtomicUsize::new(0)),
         created,
     });
     Router::new()
@@ -142,9 +190,11 @@ pub fn router(engine: Engine, cfg: ServerConfig) -> Router {
         .route("/engine/state", get(pages::engine_state))
         .route("/engine/trace", get(pages::engine_trace))
         .route("/health", get(|| async { StatusCode::OK }))
-        .route("/metrics", get(metrics))
-        .route("/v1/models", get(models))
-        .route("/v1/models/{id}", get(model_by_id))
+        .route("/metrics", get(models::metrics))
+        .route("/v1/models", get(models::list))
+        .route("/v1/models/{id}", get(models::by_id))
+        .route("/v1/models/{id}/load", post(models::load))
+        .route("/v1/models/{id}/unload", post(models::unload))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(completions::chat_completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
@@ -208,48 +258,8 @@ pub async fn serve_until(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let (max, head, drain) = (cfg.max_connections, cfg.head_timeout, cfg.shutdown_timeout);
+    if let Some(reg) = cfg.models.clone() {
+        tokio::spawn(models::unload_idle_models(reg));
+    }
     listener::run(listener, router(engine, cfg), max, head, drain, shutdown).await
-}
-
-fn model_card(s: &AppState) -> serde_json::Value {
-    serde_json::json!({
-        "id": s.cfg.served_model_name,
-        "object": "model",
-        "created": s.created,
-        "owned_by": "wllm",
-        "max_model_len": s.engine.kv_plan().max_model_len,
-    })
-}
-
-async fn models(State(s): State<Arc<AppState>>) -> Response {
-    axum::Json(serde_json::json!({ "object": "list", "data": [model_card(&s)] })).into_response()
-}
-
-async fn model_by_id(State(s): State<Arc<AppState>>, axum::extract::Path(id): axum::extract::Path<String>) -> Response {
-    if id == s.cfg.served_model_name {
-        axum::Json(model_card(&s)).into_response()
-    } else {
-        ApiError::not_found(format!(
-            "the model `{id}` does not exist; this server serves `{}`",
-            s.cfg.served_model_name
-        ))
-        .into_response()
-    }
-}
-
-async fn metrics(State(s): State<Arc<AppState>>) -> Response {
-    let engine = s.engine.clone();
-    match tokio::task::spawn_blocking(move || engine.metrics()).await {
-        Ok(Ok(m)) => {
-            let text = m.to_prometheus(&s.cfg.served_model_name);
-            let text = if s.cfg.vllm_metric_names {
-                crate::metrics::with_vllm_names(&text)
-            } else {
-                text
-            };
-            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
-        }
-        Ok(Err(e)) => ApiError::from(e).into_response(),
-        Err(e) => ApiError::internal(e.to_string()).into_response(),
-    }
 }

@@ -1,0 +1,128 @@
+//! `wllm serve` with several models (`ServerConfig::models`): `/v1/models`
+//! lists each with its state, a request's `model` routes it (a model not yet
+//! loaded loads for it) and its output is the model's own, the load and
+//! unload endpoints work and refuse what they must, `/metrics` has each
+//! loaded model's series under its `model_name` with one HELP a family, and
+//! embeddings route too.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::tiny::{TinySpec, write_tiny_gguf};
+use common::*;
+use serde_json::{Value, json};
+use wllm::client::{get, post_json};
+use wllm::engine::ModelRegistry;
+use wllm::server::ServerConfig;
+use wllm::{Engine, EngineConfig, Prompt, SamplingParams};
+
+fn cfg(model: std::path::PathBuf) -> EngineConfig {
+    EngineConfig {
+        model,
+        kv_cache_memory: Some(4096 * 512),
+        max_model_len: Some(1024),
+        ..Default::default()
+    }
+}
+
+fn solo(engine: &Engine, prompt: &str) -> String {
+    let s = SamplingParams {
+        max_tokens: Some(8),
+        ignore_eos: true,
+        ..SamplingParams::greedy()
+    };
+    engine
+        .generate(Prompt::Text(prompt.into()), s)
+        .unwrap()
+        .collect_all()
+        .unwrap()
+        .text
+}
+
+#[test]
+fn requests_route_by_model_and_models_load_and_unload() {
+    let dir = test_dir("server_models");
+    let a = write_tiny_gguf(&dir, "a.gguf", &TinySpec::default(), &mut rng(3));
+    let spec_b = TinySpec {
+        arch: "qwen2",
+        ..TinySpec::default()
+    };
+    let b = write_tiny_gguf(&dir, "b.gguf", &spec_b, &mut rng(5));
+    let primary = Engine::new(&cfg(a)).unwrap();
+    let want_a = solo(&primary, "one two three");
+    let want_b = solo(&Engine::new(&cfg(b.clone())).unwrap(), "one two three");
+    assert_ne!(want_a, want_b, "two different models");
+    let reg = ModelRegistry::new(&kernels().ctx, cfg(b.clone()), None, None);
+    reg.add("b", &b).unwrap();
+    let reg = Arc::new(reg);
+    let (rt, addr) = serve_in_background(
+        &primary,
+        ServerConfig {
+            served_model_name: "a".into(),
+            models: Some(reg.clone()),
+            ..Default::default()
+        },
+    );
+    let base = format!("http://{addr}");
+    rt.block_on(async {
+        let state = |v: &Value, id: &str| {
+            v["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["id"] == id)
+                .map(|m| m["loaded"].as_bool().unwrap())
+        };
+        let (st, text) = get(&format!("{base}/v1/models")).await.unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(st, 200);
+        assert_eq!((state(&v, "a"), state(&v, "b")), (Some(true), Some(false)), "{v}");
+        // Each model answers as itself; b loads for its first request.
+        let url = format!("{base}/v1/completions");
+        let body = |m: &str| json!({"model": m, "prompt": "one two three", "max_tokens": 8, "temperature": 0, "ignore_eos": true});
+        for (m, want) in [("b", &want_b), ("a", &want_a), ("b", &want_b)] {
+            let (st, v) = post_json(&url, &body(m)).await.unwrap();
+            assert_eq!(st, 200, "{v}");
+            assert_eq!(v["model"], m);
+            assert_eq!(&v["choices"][0]["text"], want.as_str(), "model {m}");
+        }
+        let (_, text) = get(&format!("{base}/v1/models")).await.unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(state(&v, "b"), Some(true), "{v}");
+        // Embeddings route too.
+        let (st, v) = post_json(&format!("{base}/v1/embeddings"), &json!({"model": "b", "input": "hi"}))
+            .await
+            .unwrap();
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["model"], "b");
+        // One series a loaded model, one HELP a family.
+        let (st, m) = get(&format!("{base}/metrics")).await.unwrap();
+        assert_eq!(st, 200);
+        for name in ["a", "b"] {
+            assert!(
+                m.contains(&format!("wllm:request_success_total{{model_name=\"{name}\"}}")),
+                "{m}"
+            );
+        }
+        assert_eq!(m.matches("# HELP wllm:request_success_total ").count(), 1, "{m}");
+        assert!(m.contains("wllm:model_loaded{model_name=\"b\"} 1"), "{m}");
+        // Unload, load, and what they refuse.
+        let (st, v) = post_json(&format!("{base}/v1/models/b/unload"), &json!({})).await.unwrap();
+        assert_eq!((st, &v["was_loaded"]), (200, &json!(true)), "{v}");
+        assert!(!reg.is_loaded("b"));
+        let (_, m) = get(&format!("{base}/metrics")).await.unwrap();
+        assert!(m.contains("wllm:model_loaded{model_name=\"b\"} 0"), "{m}");
+        let (st, v) = post_json(&format!("{base}/v1/models/b/load"), &json!({})).await.unwrap();
+        assert_eq!((st, &v["loaded"]), (200, &json!(true)), "{v}");
+        assert!(v["seconds"].as_f64().is_some(), "{v}");
+        let (st, v) = post_json(&format!("{base}/v1/models/a/unload"), &json!({})).await.unwrap();
+        assert_eq!(st, 400, "the primary model stays: {v}");
+        let (st, v) = post_json(&format!("{base}/v1/models/c/load"), &json!({})).await.unwrap();
+        assert_eq!(st, 404, "{v}");
+        let (st, v) = post_json(&url, &body("c")).await.unwrap();
+        assert_eq!(st, 404, "{v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("`a`") && msg.contains("`b`"), "the served models are named: {msg}");
+    });
+}
