@@ -124,5 +124,23 @@ fn requests_route_by_model_and_models_load_and_unload() {
         assert_eq!(st, 404, "{v}");
         let msg = v["error"]["message"].as_str().unwrap();
         assert!(msg.contains("`a`") && msg.contains("`b`"), "the served models are named: {msg}");
+        // Ollama's keep_alive: 0 unloads the model once its request is done.
+        let mut once = body("b");
+        once["keep_alive"] = json!(0);
+        let (st, v) = post_json(&url, &once).await.unwrap();
+        assert_eq!(st, 200, "{v}");
+        let mut gone = false;
+        for _ in 0..50 {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            if !reg.is_loaded("b") {
+                gone = true;
+                break;
+            }
+        }
+        assert!(gone, "keep_alive 0: unloaded within 5 s of the request's end");
+        let mut bad = body("b");
+        bad["keep_alive"] = json!("soon");
+        let (st, v) = post_json(&url, &bad).await.unwrap();
+        assert_eq!(st, 400, "{v}");
     });
 }

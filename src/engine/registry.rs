@@ -260,15 +260,22 @@ impl ModelRegistry {
         Ok(was)
     }
 
-    /// Unloads every idle model whose idle time passed its keep-alive; returns their names.
+    /// Unloads every idle model whose idle time passed its keep-alive (a
+    /// model seen busy here counts as used now); returns their names.
     pub fn unload_idle(&self) -> Vec<String> {
         let now = Instant::now();
         let mut gone = Vec::new();
         for (name, s) in self.slots().iter_mut() {
+            // A model in use is not idle: its idle time counts from the last
+            // call that saw it busy (the server calls every second).
+            if s.engine.as_ref().is_some_and(|e| !e.is_idle_but(1)) {
+                s.last_used = now;
+                continue;
+            }
             let Some(limit) = s.keep_alive.or(self.idle_unload) else {
                 continue;
             };
-            if s.engine.as_ref().is_some_and(|e| e.is_idle_but(1)) && now - s.last_used >= limit {
+            if s.engine.is_some() && now - s.last_used >= limit {
                 s.engine = None;
                 gone.push(name.clone());
             }

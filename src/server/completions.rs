@@ -91,7 +91,7 @@ pub async fn completions(State(s): State<Arc<AppState>>, headers: HeaderMap, bod
     if tools.is_some() {
         return Err(ApiError::bad_request("tools are for chat completions", Some("tools")));
     }
-    let s = s.for_model(req.common.model.as_deref()).await?;
+    let s = s.for_model(req.common.model.as_deref(), req.common.keep_alive).await?;
     let prompts = match req.prompt {
         PromptInput::Text(t) => vec![Prompt::Text(t)],
         PromptInput::Texts(v) => v.into_iter().map(Prompt::Text).collect(),
@@ -150,7 +150,7 @@ pub async fn chat_completions(
     body: Body,
 ) -> Result<Response, ApiError> {
     let (req, constraint, tools): (ChatRequest, _, _) = parse(&s, &headers, body).await?;
-    let s = s.for_model(req.common.model.as_deref()).await?;
+    let s = s.for_model(req.common.model.as_deref(), req.common.keep_alive).await?;
     if req.messages.is_empty() {
         return Err(ApiError::bad_request("messages must not be empty", Some("messages")));
     }

@@ -36,6 +36,8 @@ struct EmbeddingRequest {
     pooling: Option<Pooling>,
     #[serde(default)]
     normalize: Option<bool>,
+    #[serde(default, deserialize_with = "super::protocol::keep_alive")]
+    keep_alive: Option<std::time::Duration>,
     #[allow(dead_code)]
     #[serde(default)]
     user: Option<String>,
@@ -63,7 +65,7 @@ pub async fn embeddings(State(s): State<Arc<AppState>>, headers: HeaderMap, body
     let v = super::request::json_body(&s, &headers, body).await?;
     let req: EmbeddingRequest =
         serde_json::from_value(v).map_err(|e| ApiError::bad_request(format!("malformed request body: {e}"), None))?;
-    let s = s.for_model(req.model.as_deref()).await?;
+    let s = s.for_model(req.model.as_deref(), req.keep_alive).await?;
     let base64_out = match req.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,

@@ -101,7 +101,13 @@ impl AppState {
     /// The state a request for `model` runs with: this one for the primary
     /// model (or none named), else one whose engine is the registry's model,
     /// loaded now if it is not (the load is logged with its time).
-    pub async fn for_model(self: &Arc<Self>, model: Option<&str>) -> Result<Arc<Self>, ApiError> {
+    /// `keep_alive` (a request's, Ollama's meaning) sets how long a registry
+    /// model stays loaded once idle.
+    pub async fn for_model(
+        self: &Arc<Self>,
+        model: Option<&str>,
+        keep_alive: Option<Duration>,
+    ) -> Result<Arc<Self>, ApiError> {
         let m = match model {
             None => return Ok(self.clone()),
             Some(m) if m == self.cfg.served_model_name => return Ok(self.clone()),
@@ -117,6 +123,9 @@ impl AppState {
                 names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
             )));
         };
+        if keep_alive.is_some() {
+            reg.set_keep_alive(&m, keep_alive)?;
+        }
         let was_loaded = reg.is_loaded(&m);
         let name = m.clone();
         let t = std::time::Instant::now();

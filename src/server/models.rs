@@ -90,7 +90,7 @@ fn registry_of(s: &AppState, id: &str) -> Result<Arc<ModelRegistry>, ApiError> {
 pub async fn load(State(s): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Response, ApiError> {
     registry_of(&s, &id)?;
     let t = std::time::Instant::now();
-    let state = s.for_model(Some(&id)).await?;
+    let state = s.for_model(Some(&id), None).await?;
     drop(state);
     let mut c = cards(&s)
         .into_iter()
@@ -198,11 +198,9 @@ pub async fn metrics(State(s): State<Arc<AppState>>) -> Response {
     }
 }
 
-/// Every second, unloads the registry's models idle past their keep-alive.
+/// Every second, unloads the registry's models idle past their keep-alive
+/// (the registry's `idle_unload`, or a request's `keep_alive`).
 pub async fn unload_idle_models(reg: Arc<ModelRegistry>) {
-    if reg.idle_unload.is_none() {
-        return;
-    }
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let r = reg.clone();

@@ -32,6 +32,52 @@ pub struct CommonParams {
     pub n: Option<usize>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
+    /// Ollama's `keep_alive` for a model loaded on demand: how long it stays
+    /// loaded after this request (seconds, or "30s", "5m", "1h"; 0: unload
+    /// when done; negative: never unload).
+    #[serde(default, deserialize_with = "keep_alive")]
+    pub keep_alive: Option<std::time::Duration>,
+}
+
+/// Ollama's `keep_alive`: a number of seconds or a duration string; negative: forever.
+pub fn keep_alive<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<std::time::Duration>, D::Error> {
+    use serde::de::Error;
+    let secs = match Option::<Value>::deserialize(d)? {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Number(n)) => n.as_f64().ok_or_else(|| D::Error::custom("keep_alive: not a number"))?,
+        Some(Value::String(s)) => {
+            let t = s.trim();
+            let (num, unit) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+                Some((i, _)) => (&t[..i], &t[i..]),
+                None => (t, "s"),
+            };
+            let mult = match unit {
+                "ms" => 0.001,
+                "s" => 1.0,
+                "m" => 60.0,
+                "h" => 3600.0,
+                _ => {
+                    return Err(D::Error::custom(format!(
+                        "keep_alive {s:?}: use seconds, or a number with s, m or h"
+                    )));
+                }
+            };
+            num.trim()
+                .parse::<f64>()
+                .map_err(|_| D::Error::custom(format!("keep_alive {s:?} is not a duration")))?
+                * mult
+        }
+        Some(v) => {
+            return Err(D::Error::custom(format!(
+                "keep_alive must be a number or a string, got {v}"
+            )));
+        }
+    };
+    Ok(Some(if secs < 0.0 {
+        std::time::Duration::MAX
+    } else {
+        std::time::Duration::from_secs_f64(secs)
+    }))
 }
 
 #[derive(Clone, Debug, Deserialize)]
