@@ -116,6 +116,10 @@ fn requests_route_by_model_and_models_load_and_unload() {
         let (st, v) = post_json(&format!("{base}/v1/models/b/load"), &json!({})).await.unwrap();
         assert_eq!((st, &v["loaded"]), (200, &json!(true)), "{v}");
         assert!(v["seconds"].as_f64().is_some(), "{v}");
+        let (st, text) = get(&format!("{base}/engine/state")).await.unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(st, 200);
+        assert_eq!(state(&json!({"data": v["models"]}), "b"), Some(true), "the engine page lists the models");
         let (st, v) = post_json(&format!("{base}/v1/models/a/unload"), &json!({})).await.unwrap();
         assert_eq!(st, 400, "the primary model stays: {v}");
         let (st, v) = post_json(&format!("{base}/v1/models/c/load"), &json!({})).await.unwrap();

@@ -26,7 +26,7 @@ fn card(s: &AppState, id: &str, loaded: bool, max_model_len: Option<usize>) -> V
 }
 
 /// Every model: the primary one, then the registry's by name.
-fn cards(s: &AppState) -> Vec<Value> {
+pub(super) fn cards(s: &AppState) -> Vec<Value> {
     let mut v = vec![card(
         s,
         &s.cfg.served_model_name,

@@ -31,7 +31,11 @@ pub async fn engine_page() -> Html<String> {
 pub async fn engine_state(State(s): State<Arc<AppState>>) -> Response {
     let engine = s.engine.clone();
     match tokio::task::spawn_blocking(move || engine.live_state(LIVE_STEPS)).await {
-        Ok(Ok(v)) => axum::Json(v).into_response(),
+        Ok(Ok(mut v)) => {
+            // Every model the server serves and its state (the page shows the primary's engine).
+            v["models"] = serde_json::Value::Array(super::models::cards(&s));
+            axum::Json(v).into_response()
+        }
         Ok(Err(e)) => ApiError::from(e).into_response(),
         Err(e) => ApiError::internal(e.to_string()).into_response(),
     }
