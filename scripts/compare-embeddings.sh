@@ -42,7 +42,7 @@ speed() {  # BASE_URL NAME: 32 requests of one input, then one request of all 32
 import json, sys, time, urllib.request
 url, name, texts = sys.argv[1] + "/v1/embeddings", sys.argv[2], [l.strip() for l in open(sys.argv[3]) if l.strip()]
 def call(inp):
-    r = urllib.request.Request(url, json.dumps({"input": inp, "model": "m"}).encode(), {"Content-Type": "application/json"})
+    r = urllib.request.Request(url, json.dumps({"input": inp}).encode(), {"Content-Type": "application/json"})
     return json.load(urllib.request.urlopen(r, timeout=600))
 call(texts[0]); call(texts[:4])
 t = time.time()
