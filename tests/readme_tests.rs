@@ -6,7 +6,9 @@ fn readme_example_is_the_doc_test() {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let lib = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/lib.rs")).unwrap();
     // The section's own heading (not "### Embeddings", the endpoint's).
-    let start = readme.find("\n## Embedding\n").expect("README has an Embedding section");
+    let start = readme
+        .find("\n## Embedding\n")
+        .expect("README has an Embedding section");
     let block = &readme[start..];
     let code = block
         .split("```rust\n")
