@@ -18,29 +18,9 @@ use wllm::{EngineConfig, KvDtype, SamplingParams};
 
 /// The reference's unit-length embeddings of each prompt, by pooling.
 fn reference(model: &std::path::Path, prompts: &[Vec<u32>]) -> Vec<HashMap<String, Vec<f64>>> {
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/arch_ref.py");
-    let ids: Vec<String> = prompts
-        .iter()
-        .map(|p| p.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
-        .collect();
-    let out = std::process::Command::new("python3")
-        .arg(&script)
-        .arg(model)
-        .arg("embed")
-        .arg(ids.join(";"))
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "arch_ref.py failed: {}\n(the README's test command installs gguf and numpy; else `python3 -m pip install gguf`)",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| {
-            let j: serde_json::Value = serde_json::from_str(l).expect("JSON");
-            serde_json::from_value(j).expect("embeddings by pooling")
-        })
+    arch_ref(model, "embed", prompts)
+        .into_iter()
+        .map(|j| serde_json::from_value(j).expect("embeddings by pooling"))
         .collect()
 }
 

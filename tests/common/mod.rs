@@ -203,3 +203,29 @@ pub fn serve_in_background(
     ));
     (rt, addr)
 }
+
+/// The lines of tests/py/arch_ref.py (the float64 reference over gguf-py's
+/// dequantised weights) for `prompts` under `mode` (a token count, or "embed").
+pub fn arch_ref(model: &std::path::Path, mode: &str, prompts: &[Vec<u32>]) -> Vec<serde_json::Value> {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/arch_ref.py");
+    let ids: Vec<String> = prompts
+        .iter()
+        .map(|p| p.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
+        .collect();
+    let out = std::process::Command::new("python3")
+        .arg(&script)
+        .arg(model)
+        .arg(mode)
+        .arg(ids.join(";"))
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "arch_ref.py failed: {}\n(the README's test command installs gguf and numpy; else `python3 -m pip install gguf`)",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect()
+}
