@@ -171,7 +171,13 @@ fn a_warmed_up_engine_compiles_nothing_when_serving() {
         }
         None => assert_eq!(tuning, 1, "caps {caps:?} offered but none chosen"),
     }
-    assert!(engine.budget.cost.fit().is_some(), "the timed steps seed the step cost");
+    // Six timed step sizes (1 to 32 one-token sequences, then the chunk)
+    // seed the cost. Whether their fit has a positive slope is the machine's
+    // timing (a tiny model's steps cost about the same at any size, and a
+    // busy machine tilts them), so the test checks the seeding, not the fit.
+    let seeded = engine.budget.cost.weight();
+    // Six steps weigh 5.57 after decay, five 4.71.
+    assert!(seeded > 5.0, "the timed steps seed the step cost: weight {seeded}");
     let warmed = store.stats().compiled;
     assert!(warmed > before);
     // Batches of 1 to 20 sequences, prefill chunks and decodes: nothing new to compile.

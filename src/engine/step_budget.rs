@@ -41,6 +41,11 @@ impl StepCost {
         self.sxy = self.sxy * DECAY + x * ms;
     }
 
+    /// The steps observed, each weighing 1 when new and decaying since.
+    pub fn weight(&self) -> f64 {
+        self.w
+    }
+
     /// (fixed ms, ms per token), once steps of different sizes were seen.
     pub fn fit(&self) -> Option<(f64, f64)> {
         let var = self.w * self.sxx - self.sx * self.sx;
