@@ -181,6 +181,11 @@ fn unload_returns_memory_idle_models_unload_and_the_budget_holds() {
     let reg = ModelRegistry::new(ctx, base(), Some(budget), None);
     reg.add("smollm2", default_model_path()).unwrap();
     reg.add("gemma3", gemma3_path()).unwrap();
+    let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let t = told.clone();
+    reg.set_observer(std::sync::Arc::new(move |e: &wllm::engine::ModelEvent| {
+        t.lock().unwrap().push(e.describe())
+    }));
     let busy = reg.get("smollm2").unwrap();
     let e = reg.get("gemma3").err().expect("refused: smollm2 is busy").to_string();
     eprintln!("{e}");
@@ -189,8 +194,87 @@ fn unload_returns_memory_idle_models_unload_and_the_budget_holds() {
     let g = reg.get("gemma3").unwrap();
     let l = reg.list();
     assert!(!l[1].loaded && l[0].loaded, "the idle model made room: {l:?}");
+    let told = told.lock().unwrap().clone();
+    assert!(told.iter().any(|t| t == "unloaded model smollm2 (evicted)"), "{told:?}");
     g.generate(Prompt::Text("Hi".into()), greedy(2))
         .unwrap()
         .collect_all()
         .unwrap();
+}
+
+#[test]
+fn a_load_runs_outside_the_lock_warmed_up_and_told_to_the_observer_and_the_trace() {
+    use std::sync::{Arc, mpsc};
+    use wllm::engine::{ModelEvent, ModelEventKind};
+    let ctx = &kernels().ctx;
+    let mut reg = ModelRegistry::new(ctx, base(), None, None);
+    reg.warm_up = true;
+    let reg = Arc::new(reg);
+    reg.add("chat", default_model_path()).unwrap();
+    // The primary engine of a server, recording a trace.
+    let primary = wllm::Engine::new(&EngineConfig {
+        model: default_model_path(),
+        trace_steps: 64,
+        ..base()
+    })
+    .unwrap();
+    let (tx, rx) = mpsc::channel::<(ModelEvent, Option<Vec<wllm::engine::ModelInfo>>)>();
+    let weak = Arc::downgrade(&reg);
+    let p = primary.clone();
+    let tx = std::sync::Mutex::new(tx);
+    reg.set_observer(Arc::new(move |e: &ModelEvent| {
+        p.trace_model_event(e);
+        // While the load runs, another thread lists the models: it is answered
+        // (the registry is not locked) and sees the model loading.
+        let listed = (e.kind == ModelEventKind::Loading).then(|| {
+            let r = weak.upgrade().expect("the registry lives");
+            let (ltx, lrx) = mpsc::channel();
+            std::thread::spawn(move || ltx.send(r.list()));
+            lrx.recv_timeout(Duration::from_secs(60))
+                .expect("list() answered while a load ran")
+        });
+        let _ = tx.lock().unwrap().send((e.clone(), listed));
+    }));
+    // Two callers at once: one load, both get the model.
+    let engines: Vec<wllm::Engine> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2).map(|_| s.spawn(|| reg.get("chat").unwrap())).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let info = reg.list().remove(0);
+    assert!(info.loaded && !info.loading && info.loads == 1, "{info:?}");
+    let (loading, listed) = rx.recv().unwrap();
+    assert_eq!(loading.kind, ModelEventKind::Loading);
+    let listed = listed.unwrap();
+    assert!(
+        listed[0].loading && !listed[0].loaded && listed[0].bytes > 0,
+        "seen during the load: {listed:?}"
+    );
+    let (loaded, _) = rx.recv().unwrap();
+    let ModelEventKind::Loaded {
+        seconds,
+        warm_up_seconds,
+        bytes,
+    } = loaded.kind
+    else {
+        panic!("{loaded:?}")
+    };
+    eprintln!("{}", loaded.describe());
+    assert!(warm_up_seconds > 0.0 && warm_up_seconds < seconds, "{loaded:?}");
+    assert_eq!(bytes, info.bytes);
+    assert_eq!(Some(seconds), info.load_seconds);
+    assert!(rx.try_recv().is_err(), "one load told");
+    drop(engines);
+    assert!(reg.unload("chat").unwrap());
+    let (unloaded, _) = rx.recv().unwrap();
+    assert_eq!(unloaded.kind, ModelEventKind::Unloaded { reason: "request" });
+    // The primary engine's trace: the load as a span, the unload as an instant,
+    // in a process of their own.
+    let trace = primary.trace().unwrap();
+    wllm::trace::tef::validate(&trace).unwrap();
+    let ev = trace["traceEvents"].as_array().unwrap();
+    let find = |name: &str| ev.iter().find(|e| e["name"] == name && e["pid"] == 2);
+    let load = find("load chat").expect("the load is in the trace");
+    assert_eq!(load["ph"], "X");
+    assert!((load["dur"].as_f64().unwrap() / 1e6 - seconds).abs() < 0.01, "{load}");
+    assert_eq!(find("unload chat").expect("the unload too")["ph"], "i");
 }

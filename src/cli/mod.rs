@@ -27,8 +27,10 @@ use wllm::EngineConfig;
 #[derive(Args, Clone, Debug, Default)]
 pub struct EngineArgs {
     /// A .gguf file or a Hugging Face directory (default: SmolLM2-135M-Instruct, fetched when missing).
-    #[arg(long, global = true)]
-    pub model: Option<PathBuf>,
+    /// `wllm serve` takes it several times, each as [NAME=]PATH: the first is loaded at start, the others
+    /// on their first request (served under NAME, else the file's name).
+    #[arg(long, global = true, value_name = "[NAME=]PATH")]
+    pub model: Vec<ModelArg>,
     /// Backend: wgpu (WGSL on Vulkan/Metal/DX12), cuda (needs a build with --features cuda), or auto
     /// (cuda when built with it and an NVIDIA device exists, else wgpu).
     #[arg(long, global = true, default_value = "auto")]
@@ -112,11 +114,57 @@ pub struct EngineArgs {
     pub trace_steps: usize,
 }
 
+/// One `--model` value: `PATH`, or `NAME=PATH` (a name without `/`, and
+/// not where the whole value is an existing path).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelArg {
+    pub name: Option<String>,
+    pub path: PathBuf,
+}
+
+impl std::str::FromStr for ModelArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::parse_with(s, |p| p.exists())
+    }
+}
+
+impl ModelArg {
+    /// Parses `s`, where `exists` tells whether a path exists.
+    fn parse_with(s: &str, exists: impl Fn(&std::path::Path) -> bool) -> Result<Self, String> {
+        if s.is_empty() {
+            return Err("empty --model: give a .gguf file or a model directory".into());
+        }
+        let named = s
+            .split_once('=')
+            .filter(|(n, _)| !n.is_empty() && !n.contains(['/', '\\']) && !exists(std::path::Path::new(s)));
+        Ok(match named {
+            Some((_, "")) => return Err(format!("--model {s}: no path after the name")),
+            Some((name, path)) => ModelArg {
+                name: Some(name.into()),
+                path: path.into(),
+            },
+            None => ModelArg {
+                name: None,
+                path: s.into(),
+            },
+        })
+    }
+}
+
 impl EngineArgs {
-    /// The model path, fetching the default model when none was given and it is missing.
+    /// The model path, fetching the default model when none was given and it
+    /// is missing; an error where several were given (only `serve` takes
+    /// several: it splits them first, `split_models`).
     pub fn model_path(&self) -> anyhow::Result<PathBuf> {
-        if let Some(p) = &self.model {
-            return Ok(p.clone());
+        match self.model.as_slice() {
+            [] => {}
+            [one] => return Ok(one.path.clone()),
+            more => bail!(
+                "--model was given {} times: only `wllm serve` serves several models",
+                more.len()
+            ),
         }
         let p = wllm::default_model_path();
         if !p.exists() {
@@ -137,6 +185,17 @@ impl EngineArgs {
             }
         }
         Ok(p)
+    }
+
+    /// These settings with only the first model, and the other models given.
+    pub fn split_models(&self) -> (EngineArgs, Vec<ModelArg>) {
+        let mut first = self.clone();
+        let rest = if first.model.len() > 1 {
+            first.model.split_off(1)
+        } else {
+            Vec::new()
+        };
+        (first, rest)
     }
 
     pub fn config(&self) -> anyhow::Result<EngineConfig> {
@@ -297,5 +356,56 @@ fn parse_kv_dtype(s: &str) -> Result<Option<wllm::config::KvDtype>, String> {
     match s {
         "auto" => Ok(None),
         _ => s.parse().map(Some),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ModelArg;
+
+    fn arg(s: &str) -> Result<ModelArg, String> {
+        s.parse()
+    }
+
+    #[test]
+    fn a_model_arg_is_a_path_or_a_name_and_a_path() {
+        assert_eq!(
+            arg("models/a.gguf").unwrap(),
+            ModelArg {
+                name: None,
+                path: "models/a.gguf".into()
+            }
+        );
+        assert_eq!(
+            arg("qwen=models/q=1.gguf").unwrap(),
+            ModelArg {
+                name: Some("qwen".into()),
+                path: "models/q=1.gguf".into()
+            }
+        );
+        // A `/` before the `=`: a path with `=` in it, not a name.
+        assert_eq!(arg("dir/a=b.gguf").unwrap().name, None);
+        assert!(arg("qwen=").is_err(), "a name needs a path");
+        assert!(arg("").is_err());
+        // An existing file whose name has `=` is that file.
+        let exists = |p: &std::path::Path| p == std::path::Path::new("x=y.gguf");
+        assert_eq!(ModelArg::parse_with("x=y.gguf", exists).unwrap().name, None);
+        assert_eq!(
+            ModelArg::parse_with("x=z.gguf", exists).unwrap().name.as_deref(),
+            Some("x")
+        );
+    }
+
+    #[test]
+    fn only_serve_takes_several_models() {
+        let a = super::EngineArgs {
+            model: vec![arg("a.gguf").unwrap(), arg("b=c.gguf").unwrap()],
+            ..Default::default()
+        };
+        let e = a.model_path().unwrap_err().to_string();
+        assert!(e.contains("only `wllm serve`"), "{e}");
+        let (first, rest) = a.split_models();
+        assert_eq!(first.model_path().unwrap(), std::path::PathBuf::from("a.gguf"));
+        assert_eq!(rest, vec![arg("b=c.gguf").unwrap()]);
     }
 }

@@ -3,7 +3,7 @@
 use clap::Args;
 use wllm::server::{ServerConfig, listener, serve};
 
-use super::EngineArgs;
+use super::{EngineArgs, ModelArg};
 
 #[derive(Args, Clone, Debug)]
 pub struct ServeArgs {
@@ -55,7 +55,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 30)]
     pub shutdown_timeout: u64,
     /// Another model beside --model, served under NAME and loaded on its first request
-    /// (repeatable): --add-model qwen=models/qwen2.5-0.5b-instruct-q4_k_m.gguf. Same engine flags.
+    /// (repeatable): --add-model qwen=models/qwen2.5-0.5b-instruct-q4_k_m.gguf. Same engine flags;
+    /// the same as a further --model NAME=PATH.
     #[arg(long, value_name = "NAME=PATH")]
     pub add_model: Vec<String>,
     /// Every .gguf file of this directory served beside --model, each named after its file (no
@@ -66,23 +67,40 @@ pub struct ServeArgs {
     /// --model one stays loaded).
     #[arg(long, default_value_t = 300)]
     pub idle_unload: u64,
+    /// Warm each model loaded on demand up as it loads (as the first --model is at start): its load
+    /// takes the warm-up's steps (on lavapipe 12-14 s for a small model, mostly the driver compiling
+    /// kernels its first request would compile anyway); its first request then compiles nothing, and
+    /// stall-free batching has its measured step cost from the start.
+    #[arg(long)]
+    pub warm_up_models: bool,
     /// Bytes the added models may take together (their memory plans); a load past it unloads the
     /// least recently used idle ones first, or is refused naming what is loaded. Default: no limit.
     #[arg(long)]
     pub models_memory: Option<u64>,
 }
 
-/// The registry of the models served beside the primary one, if any were given.
-fn added_models(a: &ServeArgs) -> anyhow::Result<Option<std::sync::Arc<wllm::engine::ModelRegistry>>> {
-    if a.add_model.is_empty() && a.models_dir.is_none() {
+/// The registry of the models served beside the primary one (`primary`'s
+/// settings), if any were given: the further `--model`s (`extra`), the
+/// `--add-model`s and the `--models-dir`'s files.
+fn added_models(
+    a: &ServeArgs,
+    primary: &EngineArgs,
+    extra: &[ModelArg],
+) -> anyhow::Result<Option<std::sync::Arc<wllm::engine::ModelRegistry>>> {
+    if extra.is_empty() && a.add_model.is_empty() && a.models_dir.is_none() {
         return Ok(None);
     }
-    let mut base = a.engine.config()?;
+    let mut base = primary.config()?;
     // A draft model is the primary model's; the added ones run without.
     base.speculative = base.speculative.filter(|s| !s.uses_draft_model());
     let ctx = wllm::gpu::GpuContext::shared(&wllm::backend::gpu_options(&base))?;
     let idle = (a.idle_unload > 0).then(|| std::time::Duration::from_secs(a.idle_unload));
-    let reg = wllm::engine::ModelRegistry::new(&ctx, base, a.models_memory, idle);
+    let mut reg = wllm::engine::ModelRegistry::new(&ctx, base, a.models_memory, idle);
+    reg.warm_up = a.warm_up_models;
+    for m in extra {
+        let name = m.name.clone().unwrap_or_else(|| model_name(&m.path));
+        reg.add(&name, &m.path)?;
+    }
     for spec in &a.add_model {
         let Some((name, path)) = spec.split_once('=') else {
             anyhow::bail!("--add-model takes NAME=PATH, got {spec:?}");
@@ -114,13 +132,15 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         anyhow::bail!("--api-key (or WLLM_API_KEY) is empty");
     }
     let nofile = listener::raise_nofile_limit();
-    let models = added_models(a)?;
-    let engine = a.engine.start_server(256)?;
+    let (primary, extra) = a.engine.split_models();
+    let models = added_models(a, &primary, &extra)?;
+    let engine = primary.start_server(256)?;
     let cfg = ServerConfig {
         served_model_name: a
             .served_model_name
             .clone()
-            .unwrap_or_else(|| model_name(&a.engine.model_path().unwrap_or_default())),
+            .or_else(|| primary.model.first().and_then(|m| m.name.clone()))
+            .unwrap_or_else(|| model_name(&primary.model_path().unwrap_or_default())),
         max_pending_requests: a.max_pending_requests,
         max_seqs_per_request: a.max_seqs_per_request,
         api_key: a.api_key.clone(),
@@ -140,7 +160,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         && r.contains(&cfg.served_model_name)
     {
         anyhow::bail!(
-            "an added model is named {} as the --model one is served: rename it (--add-model NAME=PATH) or set \
+            "another model is named {} as the first --model is served: rename it (--model NAME=PATH) or set \
              --served-model-name",
             cfg.served_model_name
         );
@@ -157,5 +177,5 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     eprintln!("serving {} on http://{addr}/v1 (Ctrl-C stops)", cfg.served_model_name);
     rt.block_on(serve(engine.clone(), cfg, addr))?;
-    a.engine.write_trace(&engine)
+    primary.write_trace(&engine)
 }

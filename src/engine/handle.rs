@@ -12,6 +12,7 @@ use std::task::{Context, Poll};
 use tokio::sync::mpsc as tmpsc;
 
 use super::llm_engine::LlmEngine;
+use super::model_event::ModelEvent;
 use super::output::{RequestMetrics, RequestOutput};
 use super::request::{Prompt, tokenize_prompt, validate_request};
 use super::{EngineConfig, EngineError, FinishReason, KvPlan, SeqId};
@@ -42,6 +43,7 @@ enum Command {
     ResetPrefixCache(mpsc::Sender<()>),
     Trace(mpsc::Sender<Option<serde_json::Value>>),
     Live(usize, mpsc::Sender<serde_json::Value>),
+    ModelEvent(Box<ModelEvent>),
     Shutdown,
 }
 
@@ -315,6 +317,13 @@ impl Engine {
         rx.recv().map_err(|_| EngineError::Stopped)
     }
 
+    /// Puts another model's load or unload in this engine's step trace (a
+    /// server's registry observer calls it on the primary engine); nothing
+    /// where the engine records no trace.
+    pub fn trace_model_event(&self, e: &ModelEvent) {
+        let _ = self.send(Command::ModelEvent(Box::new(e.clone())));
+    }
+
     /// Empties the prefix cache of blocks no sequence holds.
     pub fn reset_prefix_cache(&self) -> Result<(), EngineError> {
         let (tx, rx) = mpsc::channel();
@@ -379,6 +388,7 @@ fn run_loop(mut core: LlmEngine, rx: mpsc::Receiver<Command>) {
                 Command::Trace(tx) => {
                     let _ = tx.send(core.trace_json());
                 }
+                Command::ModelEvent(e) => core.trace_model_event(&e),
                 Command::Live(steps, tx) => {
                     let _ = tx.send(core.live_state(steps));
                 }

@@ -8,13 +8,18 @@
 //! alive). Unloading a model with requests in flight lets them finish: the
 //! registry drops its handle, and the engine (and its memory) goes when its
 //! last stream does. Loads reuse the device's pipelines and the persisted
-//! pipeline cache, so a reload compiles nothing.
+//! pipeline cache, so a reload compiles nothing. A load runs outside the
+//! registry's lock (its bytes reserved first), so listing, routing to other
+//! models and unloading go on meanwhile; callers of the model being loaded
+//! wait for that one load. Loads and unloads are told to an observer
+//! (`set_observer`: the server logs them and puts them in its step trace).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use super::model_event::{ModelEvent, ModelEventKind, ModelObserver, mib};
 use super::{Engine, EngineConfig, EngineError, LlmEngine, MemoryPlan};
 use crate::backend::Backend;
 use crate::backend::wgsl::Kernels;
@@ -25,7 +30,9 @@ use crate::model::ModelFiles;
 struct Slot {
     path: PathBuf,
     engine: Option<Engine>,
-    /// Bytes its plan reserves while loaded.
+    /// A load of it is under way (its bytes reserved).
+    loading: bool,
+    /// Bytes its plan reserves while loaded or loading.
     bytes: u64,
     last_used: Instant,
     /// How long it may sit idle before it is unloaded (`None`: the registry's).
@@ -40,6 +47,8 @@ pub struct ModelInfo {
     pub name: String,
     pub path: PathBuf,
     pub loaded: bool,
+    /// A load of it is under way.
+    pub loading: bool,
     /// Requests of it in flight (loaded only).
     pub busy: bool,
     /// Device bytes its memory plan reserves (weights, step buffers, KV pool), while loaded.
@@ -59,11 +68,13 @@ pub struct ModelRegistry {
     pub budget: Option<u64>,
     /// Idle time after which a model is unloaded (`None`: never).
     pub idle_unload: Option<Duration>,
+    /// Warm each model's pipelines up as it loads (`LlmEngine::warm_up`), so
+    /// that its first request compiles nothing; its time counts in the load's.
+    pub warm_up: bool,
     slots: Mutex<BTreeMap<String, Slot>>,
-}
-
-fn mib(b: u64) -> String {
-    format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
+    /// Signalled when a load ends.
+    load_ended: Condvar,
+    observer: Mutex<Option<ModelObserver>>,
 }
 
 impl ModelRegistry {
@@ -73,7 +84,39 @@ impl ModelRegistry {
             base,
             budget,
             idle_unload,
+            warm_up: false,
             slots: Mutex::new(BTreeMap::new()),
+            load_ended: Condvar::new(),
+            observer: Mutex::new(None),
+        }
+    }
+
+    /// Sets the observer told every load and unload (replacing any).
+    pub fn set_observer(&self, observer: ModelObserver) {
+        *self.observer.lock().unwrap_or_else(|p| p.into_inner()) = Some(observer);
+    }
+
+    fn tell(&self, model: &str, kind: ModelEventKind, start: Instant) {
+        let o = self.observer.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(o) = o {
+            o(&ModelEvent {
+                model: model.into(),
+                kind,
+                start,
+                end: Instant::now(),
+            });
+        }
+    }
+
+    fn told_unloaded(&self, names: &[String], reason: &'static str) {
+        if names.is_empty() {
+            return;
+        }
+        // The unloaded models' memory goes back now (where no request holds them).
+        let _ = self.ctx.device_bytes();
+        let now = Instant::now();
+        for n in names {
+            self.tell(n, ModelEventKind::Unloaded { reason }, now);
         }
     }
 
@@ -105,6 +148,7 @@ impl ModelRegistry {
             Slot {
                 path,
                 engine: None,
+                loading: false,
                 bytes: 0,
                 last_used: Instant::now(),
                 keep_alive: None,
@@ -163,8 +207,9 @@ impl ModelRegistry {
                 name: name.clone(),
                 path: s.path.clone(),
                 loaded: s.engine.is_some(),
+                loading: s.loading,
                 busy: s.engine.as_ref().is_some_and(|e| !e.is_idle_but(1)),
-                bytes: if s.engine.is_some() { s.bytes } else { 0 },
+                bytes: if s.engine.is_some() || s.loading { s.bytes } else { 0 },
                 idle_seconds: (now - s.last_used).as_secs_f64(),
                 load_seconds: s.load_seconds,
                 loads: s.loads,
@@ -187,67 +232,153 @@ impl ModelRegistry {
 
     /// Loads `name` if it is not loaded, first unloading least recently used
     /// idle models where the budget needs their room; returns its engine.
+    /// Where another caller is loading it, waits for that load.
     pub fn load(&self, name: &str) -> Result<Engine, EngineError> {
+        loop {
+            let path = match self.loaded_or_path(name)? {
+                Ok(engine) => return Ok(engine),
+                Err(path) => path,
+            };
+            let cfg = EngineConfig {
+                model: path,
+                ..self.base.clone()
+            };
+            // The plan reads the file's header: outside the lock.
+            let need = self.plan(&cfg)?.total();
+            let evicted = {
+                let mut slots = self.slots();
+                let s = slots.get_mut(name).ok_or_else(|| unknown(name))?;
+                if s.engine.is_some() || s.loading {
+                    // Loaded or begun by another caller meanwhile.
+                    continue;
+                }
+                let evicted = self.make_room(&mut slots, name, need)?;
+                let s = slots.get_mut(name).ok_or_else(|| unknown(name))?;
+                s.loading = true;
+                s.bytes = need;
+                evicted
+            };
+            self.told_unloaded(&evicted, "evicted");
+            return self.load_reserved(name, &cfg);
+        }
+    }
+
+    /// The model's engine where it is loaded (waiting out a load under way),
+    /// else its path.
+    fn loaded_or_path(&self, name: &str) -> Result<Result<Engine, PathBuf>, EngineError> {
+        let mut slots = self.slots();
+        loop {
+            let s = slots.get_mut(name).ok_or_else(|| unknown(name))?;
+            s.last_used = Instant::now();
+            if let Some(e) = &s.engine {
+                return Ok(Ok(e.clone()));
+            }
+            if !s.loading {
+                return Ok(Err(s.path.clone()));
+            }
+            slots = self.load_ended.wait(slots).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Unloads least recently used idle models until `need` more bytes fit
+    /// the budget; returns their names, or the error naming what is loaded.
+    fn make_room(&self, slots: &mut BTreeMap<String, Slot>, name: &str, need: u64) -> Result<Vec<String>, EngineError> {
+        let Some(budget) = self.budget else {
+            return Ok(Vec::new());
+        };
+        let held = |slots: &BTreeMap<String, Slot>| -> u64 {
+            slots
+                .values()
+                .filter(|s| s.engine.is_some() || s.loading)
+                .map(|s| s.bytes)
+                .sum()
+        };
+        let mut evicted = Vec::new();
+        while held(slots) + need > budget {
+            let victim = slots
+                .iter()
+                .filter(|(_, s)| s.engine.as_ref().is_some_and(|e| e.is_idle_but(1)))
+                .min_by_key(|(_, s)| s.last_used)
+                .map(|(n, _)| n.clone());
+            let Some(v) = victim else {
+                let loaded: Vec<String> = slots
+                    .iter()
+                    .filter(|(_, s)| s.engine.is_some() || s.loading)
+                    .map(|(n, s)| {
+                        let state = if s.loading { "loading" } else { "busy" };
+                        format!("{n} ({}, {state})", mib(s.bytes))
+                    })
+                    .collect();
+                return Err(EngineError::Config(format!(
+                    "loading {name} needs {} but the models' budget of {} holds {} already \
+                     ({}): {} missing; unload a model, wait for its requests to end, or raise the budget",
+                    mib(need),
+                    mib(budget),
+                    mib(held(slots)),
+                    loaded.join(", "),
+                    mib(held(slots) + need - budget)
+                )));
+            };
+            if let Some(s) = slots.get_mut(&v) {
+                s.engine = None;
+            }
+            evicted.push(v);
+        }
+        Ok(evicted)
+    }
+
+    /// Loads a model whose bytes `load` reserved, outside the lock, and
+    /// records the result (waking callers waiting for it).
+    fn load_reserved(&self, name: &str, cfg: &EngineConfig) -> Result<Engine, EngineError> {
+        let t = Instant::now();
+        // A panic in the load must not leave the slot loading forever.
+        let mut guard = LoadGuard {
+            reg: self,
+            name,
+            armed: true,
+        };
+        self.tell(name, ModelEventKind::Loading, t);
+        let built = (|| {
+            let mut core = LlmEngine::with_context(&self.ctx, cfg)?;
+            let w = Instant::now();
+            if self.warm_up {
+                core.warm_up()?;
+            }
+            let warm = w.elapsed().as_secs_f64();
+            Ok::<_, EngineError>((Engine::from_core(core), warm))
+        })();
+        guard.armed = false;
+        let seconds = t.elapsed().as_secs_f64();
         let mut slots = self.slots();
         let slot = slots.get_mut(name).ok_or_else(|| unknown(name))?;
-        slot.last_used = Instant::now();
-        if let Some(e) = &slot.engine {
-            return Ok(e.clone());
-        }
-        let cfg = EngineConfig {
-            model: slot.path.clone(),
-            ..self.base.clone()
-        };
-        let need = self.plan(&cfg)?.total();
-        if let Some(budget) = self.budget {
-            let held = |slots: &BTreeMap<String, Slot>| -> u64 {
-                slots.values().filter(|s| s.engine.is_some()).map(|s| s.bytes).sum()
-            };
-            while held(&slots) + need > budget {
-                // The least recently used idle model makes room.
-                let victim = slots
-                    .iter()
-                    .filter(|(_, s)| s.engine.as_ref().is_some_and(|e| e.is_idle_but(1)))
-                    .min_by_key(|(_, s)| s.last_used)
-                    .map(|(n, _)| n.clone());
-                match victim {
-                    Some(v) => {
-                        let s = slots.get_mut(&v).expect("listed");
-                        s.engine = None;
-                    }
-                    None => {
-                        let loaded: Vec<String> = slots
-                            .iter()
-                            .filter(|(_, s)| s.engine.is_some())
-                            .map(|(n, s)| format!("{n} ({}, busy)", mib(s.bytes)))
-                            .collect();
-                        return Err(EngineError::Config(format!(
-                            "loading {name} needs {} but the models' budget of {} holds {} already \
-                             ({}): {} missing; unload a model, wait for its requests to end, or raise the budget",
-                            mib(need),
-                            mib(budget),
-                            mib(held(&slots)),
-                            loaded.join(", "),
-                            mib(held(&slots) + need - budget)
-                        )));
-                    }
+        slot.loading = false;
+        let kind = match &built {
+            Ok((engine, warm)) => {
+                slot.bytes = engine.memory_plan().total();
+                slot.load_seconds = Some(seconds);
+                slot.loads += 1;
+                slot.last_used = Instant::now();
+                slot.engine = Some(engine.clone());
+                ModelEventKind::Loaded {
+                    seconds,
+                    warm_up_seconds: *warm,
+                    bytes: slot.bytes,
                 }
             }
-            // Memory of the models just unloaded goes back before the new one takes its own.
-            let _ = self.ctx.device_bytes();
-        }
-        let t = Instant::now();
-        let engine = Engine::from_core(LlmEngine::with_context(&self.ctx, &cfg)?);
-        let slot = slots.get_mut(name).expect("looked up above");
-        slot.bytes = engine.memory_plan().total();
-        slot.load_seconds = Some(t.elapsed().as_secs_f64());
-        slot.loads += 1;
-        slot.engine = Some(engine.clone());
-        Ok(engine)
+            Err(e) => {
+                slot.bytes = 0;
+                ModelEventKind::LoadFailed { error: e.to_string() }
+            }
+        };
+        drop(slots);
+        self.load_ended.notify_all();
+        self.tell(name, kind, t);
+        built.map(|(engine, _)| engine)
     }
 
     /// Unloads `name`: its requests in flight finish, then its memory goes.
-    /// Returns whether it was loaded.
+    /// Returns whether it was loaded (a model still loading is not: unload
+    /// it once its load ends).
     pub fn unload(&self, name: &str) -> Result<bool, EngineError> {
         let was = {
             let mut slots = self.slots();
@@ -255,7 +386,7 @@ impl ModelRegistry {
             s.engine.take().is_some()
         };
         if was {
-            let _ = self.ctx.device_bytes();
+            self.told_unloaded(&[name.to_string()], "request");
         }
         Ok(was)
     }
@@ -280,9 +411,7 @@ impl ModelRegistry {
                 gone.push(name.clone());
             }
         }
-        if !gone.is_empty() {
-            let _ = self.ctx.device_bytes();
-        }
+        self.told_unloaded(&gone, "idle");
         gone
     }
 
@@ -318,6 +447,25 @@ impl std::fmt::Debug for ModelRegistry {
             .field("budget", &self.budget)
             .field("idle_unload", &self.idle_unload)
             .finish()
+    }
+}
+
+/// Clears a slot's `loading` mark if its load unwinds.
+struct LoadGuard<'a> {
+    reg: &'a ModelRegistry,
+    name: &'a str,
+    armed: bool,
+}
+
+impl Drop for LoadGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Some(s) = self.reg.slots().get_mut(self.name) {
+                s.loading = false;
+                s.bytes = 0;
+            }
+            self.reg.load_ended.notify_all();
+        }
     }
 }
 

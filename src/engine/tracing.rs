@@ -8,6 +8,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use super::llm_engine::LlmEngine;
+use super::model_event::{ModelEvent, ModelEventKind};
 use super::sequence::{SeqId, SeqStatus};
 use crate::trace::{BlockMap, Counters, StepEntry, TraceMeta, Work, report, tef};
 
@@ -82,6 +83,27 @@ impl LlmEngine {
             model: self.model_name.clone(),
             adapter: self.runner.describe(),
         }
+    }
+
+    /// Puts another model's load or unload (`ModelRegistry`'s observer) in
+    /// the trace, beside the steps it delayed. A load's start is not: the
+    /// load's span is recorded when it ends.
+    pub fn trace_model_event(&mut self, e: &ModelEvent) {
+        let Some(t) = &mut self.trace else { return };
+        let (what, detail) = match &e.kind {
+            ModelEventKind::Loading => return,
+            ModelEventKind::Loaded {
+                seconds,
+                warm_up_seconds,
+                bytes,
+            } => (
+                "load",
+                format!("{seconds:.3} s (warm-up {warm_up_seconds:.3} s), {bytes} bytes"),
+            ),
+            ModelEventKind::LoadFailed { error } => ("load failed", error.clone()),
+            ModelEventKind::Unloaded { reason } => ("unload", reason.to_string()),
+        };
+        t.model_event(&e.model, what, (e.start, e.end), detail);
     }
 
     /// The recorded steps as Chrome Trace Event Format JSON (None without `trace_steps`).

@@ -100,7 +100,8 @@ pub(crate) struct AppState {
 impl AppState {
     /// The state a request for `model` runs with: this one for the primary
     /// model (or none named), else one whose engine is the registry's model,
-    /// loaded now if it is not (the load is logged with its time).
+    /// loaded now if it is not (the registry's observer logs the load and
+    /// traces it).
     /// `keep_alive` (a request's, Ollama's meaning) sets how long a registry
     /// model stays loaded once idle.
     pub async fn for_model(
@@ -126,15 +127,10 @@ impl AppState {
         if keep_alive.is_some() {
             reg.set_keep_alive(&m, keep_alive)?;
         }
-        let was_loaded = reg.is_loaded(&m);
         let name = m.clone();
-        let t = std::time::Instant::now();
         let engine = tokio::task::spawn_blocking(move || reg.get(&name))
             .await
             .map_err(|e| ApiError::internal(e.to_string()))??;
-        if !was_loaded {
-            eprintln!("loaded model {m} in {:.2} s", t.elapsed().as_secs_f64());
-        }
         Ok(Arc::new(Self {
             engine,
             cfg: ServerConfig {
@@ -268,6 +264,12 @@ pub async fn serve_until(
 ) -> std::io::Result<()> {
     let (max, head, drain) = (cfg.max_connections, cfg.head_timeout, cfg.shutdown_timeout);
     if let Some(reg) = cfg.models.clone() {
+        // Every load and unload: logged, and in the primary engine's step trace.
+        let primary = engine.clone();
+        reg.set_observer(Arc::new(move |e| {
+            eprintln!("{}", e.describe());
+            primary.trace_model_event(e);
+        }));
         tokio::spawn(models::unload_idle_models(reg));
     }
     listener::run(listener, router(engine, cfg), max, head, drain, shutdown).await

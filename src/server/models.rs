@@ -43,6 +43,7 @@ pub(super) fn cards(s: &AppState) -> Vec<Value> {
             let mut c = card(s, &m.name, m.loaded, loaded.get(&m.name).copied());
             c["bytes"] = json!(m.bytes);
             c["load_seconds"] = json!(m.load_seconds);
+            c["loading"] = json!(m.loading);
             v.push(c);
         }
     }
@@ -108,9 +109,6 @@ pub async fn unload(State(s): State<Arc<AppState>>, Path(id): Path<String>) -> R
     let was = tokio::task::spawn_blocking(move || reg.unload(&name))
         .await
         .map_err(|e| ApiError::internal(e.to_string()))??;
-    if was {
-        eprintln!("unloaded model {id}");
-    }
     Ok(axum::Json(json!({"id": id, "object": "model", "loaded": false, "was_loaded": was})).into_response())
 }
 
@@ -204,11 +202,8 @@ pub async fn unload_idle_models(reg: Arc<ModelRegistry>) {
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let r = reg.clone();
-        if let Ok(gone) = tokio::task::spawn_blocking(move || r.unload_idle()).await {
-            for name in gone {
-                eprintln!("unloaded model {name} (idle)");
-            }
-        }
+        // The registry's observer logs what goes.
+        let _ = tokio::task::spawn_blocking(move || r.unload_idle()).await;
     }
 }
 

@@ -125,6 +125,22 @@ pub struct RequestEvent {
     pub kind: RequestEventKind,
 }
 
+/// A model of the same server loaded or unloaded (a span for a load, an
+/// instant for an unload), kept beside the steps it delayed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelTraceEvent {
+    pub model: String,
+    /// "load", "load failed" or "unload".
+    pub what: String,
+    pub ts_us: f64,
+    pub dur_us: f64,
+    /// Its seconds and bytes, or the error, or the unload's reason.
+    pub detail: String,
+}
+
+/// Model events a recorder keeps.
+const MODEL_EVENTS: usize = 256;
+
 /// The ring of recent steps and request events.
 #[derive(Debug)]
 pub struct TraceRecorder {
@@ -132,6 +148,8 @@ pub struct TraceRecorder {
     t0: Instant,
     pub steps: VecDeque<StepRecord>,
     pub events: VecDeque<RequestEvent>,
+    /// The most recent loads and unloads of the server's models.
+    pub model_events: VecDeque<ModelTraceEvent>,
     /// Steps dropped from the front of the ring so far.
     pub dropped_steps: u64,
     next_index: u64,
@@ -157,6 +175,7 @@ impl TraceRecorder {
             t0: Instant::now(),
             steps: VecDeque::new(),
             events: VecDeque::new(),
+            model_events: VecDeque::new(),
             dropped_steps: 0,
             next_index: 0,
             last_map: empty.clone(),
@@ -187,6 +206,21 @@ impl TraceRecorder {
             ts_us,
             kind: RequestEventKind::Finished { reason: reason.into() },
         });
+    }
+
+    /// Records a model's load (from `start` to `end`) or unload.
+    pub fn model_event(&mut self, model: &str, what: &str, (start, end): (Instant, Instant), detail: String) {
+        let ts_us = self.micros(start);
+        self.model_events.push_back(ModelTraceEvent {
+            model: model.into(),
+            what: what.into(),
+            ts_us,
+            dur_us: end.saturating_duration_since(start).as_secs_f64() * 1e6,
+            detail,
+        });
+        while self.model_events.len() > MODEL_EVENTS {
+            self.model_events.pop_front();
+        }
     }
 
     fn push_event(&mut self, e: RequestEvent) {

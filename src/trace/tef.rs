@@ -27,6 +27,8 @@ pub struct TraceMeta {
 }
 
 const PID: u64 = 1;
+/// The process of the server's model loads and unloads.
+const MODELS_PID: u64 = 2;
 
 fn tid(seq: u64) -> u64 {
     seq + 1
@@ -188,6 +190,7 @@ fn export_parts(
             "args": {"sort_index": tid(seq)}}),
         );
     }
+    model_events(r, &mut ev);
     json!({
         "traceEvents": ev,
         "displayTimeUnit": "ms",
@@ -203,6 +206,29 @@ fn export_parts(
             "steps_dropped": r.dropped_steps + (r.steps.len() - steps.len()) as u64,
         }
     })
+}
+
+/// The server's model loads (spans) and unloads (instants), as a second
+/// process of the trace.
+fn model_events(r: &TraceRecorder, ev: &mut Vec<Value>) {
+    if r.model_events.is_empty() {
+        return;
+    }
+    ev.push(json!({"name": "process_name", "ph": "M", "pid": MODELS_PID, "tid": 0, "args": {"name": "models"}}));
+    ev.push(
+        json!({"name": "thread_name", "ph": "M", "pid": MODELS_PID, "tid": 0, "args": {"name": "loads and unloads"}}),
+    );
+    for m in &r.model_events {
+        let name = format!("{} {}", m.what, m.model);
+        let args = json!({"model": m.model, "detail": m.detail});
+        ev.push(if m.what == "unload" {
+            json!({"name": name, "cat": "model", "ph": "i", "s": "p", "pid": MODELS_PID, "tid": 0, "ts": m.ts_us,
+                "args": args})
+        } else {
+            json!({"name": name, "cat": "model", "ph": "X", "pid": MODELS_PID, "tid": 0, "ts": m.ts_us,
+                "dur": m.dur_us, "args": args})
+        });
+    }
 }
 
 /// The phases the format documents.
