@@ -3,7 +3,10 @@
 #  1. agreement: tests/data/embedding-texts.txt (prose, code, SQL, Spanish, Japanese, a short line)
 #     embedded by both with each pooling (unit length), the cosine of each pair printed;
 #  2. speed: 32 inputs of about 64 tokens through /v1/embeddings of llama-server --embeddings and
-#     of wllm serve, one after the other: 32 requests of one input, then one request of all 32.
+#     of wllm serve, one after the other: 32 requests of one input, then one request of all 32;
+#  3. speed on the command line: `llama-embedding -f` and `wllm embed` on 1 input and on all 32, one
+#     at a time (llama.cpp's batch of 96 tokens holds one input; wllm's --batch 1) and all at once:
+#     embeddings/s = 31 / (time for 32 - time for 1), so that loading and warming up cancel out.
 # Run from the project root after a release build: scripts/compare-embeddings.sh [MODEL]
 # Env: LLAMA_BIN (llama.cpp's build/bin; default: built by ../shared/tools/peer-llamacpp.sh).
 set -euo pipefail
@@ -60,3 +63,21 @@ PY
 up $p; speed "http://127.0.0.1:$p" "llama-server --embeddings (CPU, 2 threads)"; kill $sp; wait $sp 2>/dev/null || true
 "$W" serve --model "$M" --host 127.0.0.1 --port $((p + 1)) >"$out/wllm-serve.log" 2>&1 & sp=$!
 up $((p + 1)); speed "http://127.0.0.1:$((p + 1))" "wllm serve"; kill $sp; wait $sp 2>/dev/null || true
+# 3. The command-line tools, 1 input and 32, one at a time and all at once.
+head -1 "$out/inputs.txt" >"$out/one.txt"
+secs() {  # seconds a command takes (its output dropped; it must succeed)
+  python3 -c 'import subprocess, sys, time
+t = time.time(); subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+print(time.time() - t)' "$@"
+}
+for mode in one all; do
+  if [ $mode = one ]; then lb=96; wb=1; else lb=4096; wb=32; fi
+  l1=$(secs "$L/llama-embedding" -m "$M" --pooling mean -t 2 -c 4096 -b $lb -ub $lb -f "$out/one.txt")
+  l32=$(secs "$L/llama-embedding" -m "$M" --pooling mean -t 2 -c 4096 -b $lb -ub $lb -f "$out/inputs.txt")
+  w1=$(secs sh -c "\"$W\" --model \"$M\" embed --pooling mean --batch $wb <\"$out/one.txt\"")
+  w32=$(secs sh -c "\"$W\" --model \"$M\" embed --pooling mean --batch $wb <\"$out/inputs.txt\"")
+  python3 -c "
+l = 31 / ($l32 - $l1); w = 31 / ($w32 - $w1)
+print(f'command line, $mode at a time: llama-embedding {l:.1f} embeddings/s (1 input {$l1:.2f} s, 32 {$l32:.2f} s), '
+      f'wllm embed {w:.1f} (1 input {$w1:.2f} s, 32 {$w32:.2f} s): {w / l:.2f}x')"
+done

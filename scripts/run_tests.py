@@ -21,22 +21,35 @@ import tempfile
 import threading
 import time
 
-# Rough seconds each binary took on a 2-vCPU lavapipe machine, to start the
+# Rough seconds each binary took on a 2-vCPU lavapipe machine (CI of 2026-12-06), to start the
 # long ones first (unknown ones count as 30 s). Only the order depends on it.
 HINT_S = {
-    "fused_tests": 480,
-    "engine_model_tests": 185,
-    "quantize_tests": 160,
-    "attention_tests": 147,
-    "gemm_tests": 119,
-    "backend_tests": 110,
-    "fused_norm_tests": 77,
-    "model_load_tests": 61,
-    "wllm:lib": 55,
-    "browser_tests": 51,
-    "engine_tests": 49,
-    "soak_tests": 47,
-    "quant_ref_tests": 45,
+    "speculative_tests": 151,
+    "quantize_tests": 131,
+    "arch_tests": 116,
+    "embedding_tests": 112,
+    "quant_ref_tests": 110,
+    "engine_model_tests": 103,
+    "fused_tests": 87,
+    "router_tests": 84,
+    "gemm_tests": 65,
+    "structured_tests": 65,
+    "trace_tests": 58,
+    "oracle_tests": 51,
+    "server_limits_tests": 48,
+    "browser_tests": 46,
+    "model_load_tests": 45,
+    "pipeline_tests": 35,
+    "engine_tests": 35,
+    "registry_tests": 45,
+    "server_tests": 27,
+    "profile_tests": 25,
+    "backend_tests": 22,
+    "soak_tests": 21,
+    "fused_norm_tests": 17,
+    "wllm:lib": 13,
+    "fuzz_tests": 11,
+    "server_models_tests": 9,
 }
 
 
