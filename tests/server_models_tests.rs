@@ -3,7 +3,8 @@
 //! loaded loads for it) and its output is the model's own, the load and
 //! unload endpoints work and refuse what they must, `/metrics` has each
 //! loaded model's series under its `model_name` with one HELP a family, and
-//! embeddings route too.
+//! embeddings route too; the loads and unloads are in the primary engine's
+//! step trace.
 
 mod common;
 
@@ -49,7 +50,13 @@ fn requests_route_by_model_and_models_load_and_unload() {
         ..TinySpec::default()
     };
     let b = write_tiny_gguf(&dir, "b.gguf", &spec_b, &mut rng(5));
-    let primary = Engine::new(&cfg(a)).unwrap();
+    // The primary engine records a step trace: the server puts the other
+    // models' loads and unloads in it.
+    let primary = Engine::new(&EngineConfig {
+        trace_steps: 256,
+        ..cfg(a)
+    })
+    .unwrap();
     let want_a = solo(&primary, "one two three");
     let want_b = solo(&Engine::new(&cfg(b.clone())).unwrap(), "one two three");
     assert_ne!(want_a, want_b, "two different models");
@@ -147,4 +154,37 @@ fn requests_route_by_model_and_models_load_and_unload() {
         let (st, v) = post_json(&url, &bad).await.unwrap();
         assert_eq!(st, 400, "{v}");
     });
+    // Each load a span, each unload an instant, with its reason (the idle
+    // unload is told just after the registry marks it: wait for it).
+    let model_events = || {
+        let trace = primary.trace().unwrap();
+        wllm::trace::tef::validate(&trace).unwrap();
+        trace["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["cat"] == "model")
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap().to_string(),
+                    e["args"]["detail"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect::<Vec<(String, String)>>()
+    };
+    let mut told = model_events();
+    for _ in 0..50 {
+        if told.len() >= 4 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        told = model_events();
+    }
+    let names: Vec<&str> = told.iter().map(|t| t.0.as_str()).collect();
+    assert_eq!(names, ["load b", "unload b", "load b", "unload b"], "{told:?}");
+    assert_eq!(
+        (told[1].1.as_str(), told[3].1.as_str()),
+        ("request", "idle"),
+        "{told:?}"
+    );
 }
