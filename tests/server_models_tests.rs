@@ -118,8 +118,15 @@ fn requests_route_by_model_and_models_load_and_unload() {
         let (st, v) = post_json(&format!("{base}/v1/models/b/unload"), &json!({})).await.unwrap();
         assert_eq!((st, &v["was_loaded"]), (200, &json!(true)), "{v}");
         assert!(!reg.is_loaded("b"));
-        let (_, m) = get(&format!("{base}/metrics")).await.unwrap();
-        assert!(m.contains("wllm:model_loaded{model_name=\"b\"} 0"), "{m}");
+        let (_, m2) = get(&format!("{base}/metrics")).await.unwrap();
+        assert!(m2.contains("wllm:model_loaded{model_name=\"b\"} 0"), "{m2}");
+        // The device's own count of its memory falls by at least b's plan.
+        let gauge = |m: &str, name: &str| -> f64 {
+            let line = m.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name}: {m}"));
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        let (with_b, without_b) = (gauge(&m, "wllm:device_memory_bytes "), gauge(&m2, "wllm:device_memory_bytes "));
+        assert!(without_b < with_b, "unloading b freed device memory: {with_b} -> {without_b}");
         let (st, v) = post_json(&format!("{base}/v1/models/b/load"), &json!({})).await.unwrap();
         assert_eq!((st, &v["loaded"]), (200, &json!(true)), "{v}");
         assert!(v["seconds"].as_f64().is_some(), "{v}");

@@ -176,7 +176,12 @@ pub async fn metrics(State(s): State<Arc<AppState>>) -> Response {
                     secs.push_str(&format!("wllm:model_load_seconds{l} {x}\n"));
                 }
             }
-            texts.push(t + &secs);
+            let device = format!(
+                "# HELP wllm:device_memory_bytes Bytes of the device's live buffers and textures, every model's, as \
+                 wgpu counts them\n# TYPE wllm:device_memory_bytes gauge\nwllm:device_memory_bytes {}\n",
+                r.device_bytes()
+            );
+            texts.push(t + &secs + &device);
         }
         Ok::<_, crate::engine::EngineError>(texts)
     })
