@@ -190,11 +190,7 @@ impl EngineArgs {
     /// These settings with only the first model, and the other models given.
     pub fn split_models(&self) -> (EngineArgs, Vec<ModelArg>) {
         let mut first = self.clone();
-        let rest = if first.model.len() > 1 {
-            first.model.split_off(1)
-        } else {
-            Vec::new()
-        };
+        let rest = first.model.split_off(first.model.len().min(1));
         (first, rest)
     }
 

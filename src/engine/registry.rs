@@ -41,6 +41,13 @@ struct Slot {
     loads: u32,
 }
 
+impl Slot {
+    /// Whether its bytes count against the budget: loaded, or reserved by a load under way.
+    fn holds_memory(&self) -> bool {
+        self.engine.is_some() || self.loading
+    }
+}
+
 /// What `ModelRegistry::list` tells of a model.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ModelInfo {
@@ -209,7 +216,7 @@ impl ModelRegistry {
                 loaded: s.engine.is_some(),
                 loading: s.loading,
                 busy: s.engine.as_ref().is_some_and(|e| !e.is_idle_but(1)),
-                bytes: if s.engine.is_some() || s.loading { s.bytes } else { 0 },
+                bytes: if s.holds_memory() { s.bytes } else { 0 },
                 idle_seconds: (now - s.last_used).as_secs_f64(),
                 load_seconds: s.load_seconds,
                 loads: s.loads,
@@ -248,7 +255,7 @@ impl ModelRegistry {
             let evicted = {
                 let mut slots = self.slots();
                 let s = slots.get_mut(name).ok_or_else(|| unknown(name))?;
-                if s.engine.is_some() || s.loading {
+                if s.holds_memory() {
                     // Loaded or begun by another caller meanwhile.
                     continue;
                 }
@@ -287,11 +294,7 @@ impl ModelRegistry {
             return Ok(Vec::new());
         };
         let held = |slots: &BTreeMap<String, Slot>| -> u64 {
-            slots
-                .values()
-                .filter(|s| s.engine.is_some() || s.loading)
-                .map(|s| s.bytes)
-                .sum()
+            slots.values().filter(|s| s.holds_memory()).map(|s| s.bytes).sum()
         };
         let mut evicted = Vec::new();
         while held(slots) + need > budget {
@@ -303,7 +306,7 @@ impl ModelRegistry {
             let Some(v) = victim else {
                 let loaded: Vec<String> = slots
                     .iter()
-                    .filter(|(_, s)| s.engine.is_some() || s.loading)
+                    .filter(|(_, s)| s.holds_memory())
                     .map(|(n, s)| {
                         let state = if s.loading { "loading" } else { "busy" };
                         format!("{n} ({}, {state})", mib(s.bytes))

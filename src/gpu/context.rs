@@ -255,7 +255,6 @@ impl GpuContext {
         })
     }
 
-    /// One line naming the adapter, backend and driver.
     /// Bytes of device memory bound to this device's live buffers and
     /// textures now (wgpu-hal's counters), after flushing the queue's
     /// pending uploads (their staging buffers live until a submission
@@ -268,6 +267,7 @@ impl GpuContext {
         (c.hal.buffer_memory.read() + c.hal.texture_memory.read()).max(0) as u64
     }
 
+    /// One line naming the adapter, backend and driver.
     pub fn describe(&self) -> String {
         describe_info(&self.info)
     }
