@@ -17,7 +17,13 @@
 // with `q8` (ceil(kv_width / 32 / 64), T, 1): an invocation a block of 32. A copy
 // (f16: each value rounded to a half), no reduction; q8: d = amax / 127 over
 // the block, each value round(x · 127 / amax) (half away from zero), as
-// llama.cpp's q8_0 and `KvDtype::round_trip`.
+// llama.cpp's q8_0 and `KvDtype::round_trip`. A K block is first rotated by
+// the 32×32 Walsh–Hadamard matrix H (y_i = Σ_m (−1)^popcount(i & m) x_m, m
+// ascending: `KvDtype::rotate_block`): a channel far larger than the others
+// (keys have them) spreads over the block instead of widening the step of the
+// 31 small values, and attention reads the keys through H·q / 32
+// (attention_common.wgsl's q_at), so q · k is unchanged. The engine allows
+// q8_0 only where head_dim is a multiple of 32 (a block never spans two heads).
 
 struct Params {
     t: u32,
@@ -37,17 +43,30 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> k_cache: array<u32>;
 @group(0) @binding(4) var<storage, read_write> v_cache: array<u32>;
 
+// The sign of the Walsh–Hadamard matrix's entry (i, m): (−1)^popcount(i & m).
+fn hsign(im: u32) -> f32 { return 1.0 - 2.0 * f32(countOneBits(im) & 1u); }
+
 // Block b of token t's row at `off` in qkv, quantised into `cache` row `row`.
-{% macro q8_block(cache, off) %}
+{% macro q8_block(cache, off, rotate) %}
     {
         let src = t * p.qkv_stride + {{ off }} + 32u * b;
+        var x: array<f32, 32>;
+        for (var i = 0u; i < 32u; i = i + 1u) {
+{% if rotate %}
+            var y = 0.0;
+            for (var m = 0u; m < 32u; m = m + 1u) { y = y + hsign(i & m) * qkv[src + m]; }
+            x[i] = y;
+{% else %}
+            x[i] = qkv[src + i];
+{% endif %}
+        }
         var amax = 0.0;
-        for (var i = 0u; i < 32u; i = i + 1u) { amax = max(amax, abs(qkv[src + i])); }
+        for (var i = 0u; i < 32u; i = i + 1u) { amax = max(amax, abs(x[i])); }
         let id = select(0.0, 127.0 / amax, amax > 0.0);
         for (var w = 0u; w < 8u; w = w + 1u) {
             var word = 0u;
             for (var j = 0u; j < 4u; j = j + 1u) {
-                let v = qkv[src + 4u * w + j] * id;
+                let v = x[4u * w + j] * id;
                 let q = i32(clamp(sign(v) * floor(abs(v) + 0.5), -127.0, 127.0));
                 word = word | ((bitcast<u32>(q) & 0xffu) << (8u * j));
             }
@@ -63,8 +82,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let b = gid.x;
     if (t >= p.t || b >= p.kv_width / 32u) { return; }
     let row = slot_mapping[t] * (p.kv_width / 4u + p.kv_width / 32u);
-{{ q8_block("k_cache", "p.k_off") }}
-{{ q8_block("v_cache", "p.v_off") }}
+{{ q8_block("k_cache", "p.k_off", true) }}
+{{ q8_block("v_cache", "p.v_off", false) }}
 }
 {% elif f16 %}
 {% include "half_pack.wgsl" %}

@@ -53,7 +53,7 @@ let lo{{ ti }} = lo_of(n{{ ti }});
   {% for gi in range(g) %}
 let qb{{ ti }}_{{ gi }} = t{{ ti }} * p.q_stride + (h0 + {{ gi }}u) * HD;
     {% for i in range(d4) %}
-let q{{ ti }}_{{ gi }}_{{ i }} = vec4<f32>(q[qb{{ ti }}_{{ gi }} + {{ 4 * i }}u], q[qb{{ ti }}_{{ gi }} + {{ 4 * i + 1 }}u], q[qb{{ ti }}_{{ gi }} + {{ 4 * i + 2 }}u], q[qb{{ ti }}_{{ gi }} + {{ 4 * i + 3 }}u]);
+let q{{ ti }}_{{ gi }}_{{ i }} = q_at(qb{{ ti }}_{{ gi }}, {{ i }}u);
 var a{{ ti }}_{{ gi }}_{{ i }} = vec4<f32>(0.0);
     {% endfor %}
 var m{{ ti }}_{{ gi }} = NEG;

@@ -49,7 +49,7 @@
 {% for gi in range(g) %}
 let qb{{ gi }} = {{ t }} * p.q_stride + (h0 + {{ gi }}u) * HD;
   {% for i in range(d4) %}
-let q{{ gi }}_{{ i }} = vec4<f32>(q[qb{{ gi }} + {{ 4 * i }}u], q[qb{{ gi }} + {{ 4 * i + 1 }}u], q[qb{{ gi }} + {{ 4 * i + 2 }}u], q[qb{{ gi }} + {{ 4 * i + 3 }}u]);
+let q{{ gi }}_{{ i }} = q_at(qb{{ gi }}, {{ i }}u);
   {% endfor %}
 {% endfor %}
 {% endmacro %}

@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+pub use crate::kv_dtype::{KvDtype, q8_block};
+
 /// Settings of an engine (the CLI flags of every subcommand that starts one).
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
@@ -496,105 +498,5 @@ impl std::str::FromStr for GemmTiles {
             quant_prefill_tm: v[3],
             wg: v[4],
         })
-    }
-}
-
-/// The element type of the paged KV cache.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KvDtype {
-    /// 4 bytes an element.
-    F32,
-    /// IEEE half precision, 2 bytes an element: half the memory, values
-    /// rounded to 11 significant bits when written (the default).
-    #[default]
-    F16,
-    /// llama.cpp's q8_0: blocks of 32 values as int8 with an f32 scale
-    /// (amax / 127), quantised when written; 1.125 bytes a value.
-    #[serde(rename = "q8_0")]
-    Q8_0,
-}
-
-impl KvDtype {
-    pub const ALL: [KvDtype; 3] = [Self::F32, Self::F16, Self::Q8_0];
-
-    /// Bytes of a row of `n` values (one token's K or V in one layer): 4n,
-    /// 2n, or for q8_0 n int8 values then an f32 scale per block of 32.
-    pub fn row_bytes(self, n: u64) -> u64 {
-        match self {
-            Self::F32 => 4 * n,
-            Self::F16 => 2 * n,
-            Self::Q8_0 => n + 4 * n.div_ceil(32),
-        }
-    }
-
-    /// Bytes a value takes on average (1.125 for q8_0).
-    pub fn bytes_per_value(self) -> f64 {
-        self.row_bytes(32) as f64 / 32.0
-    }
-
-    /// Values a row must be a multiple of (q8_0: whole blocks of 32).
-    pub fn row_multiple(self) -> u32 {
-        match self {
-            Self::F32 => 1,
-            Self::F16 => 2,
-            Self::Q8_0 => 32,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::F32 => "f32",
-            Self::F16 => "f16",
-            Self::Q8_0 => "q8_0",
-        }
-    }
-
-    /// A row of values as the cache holds them, back in f32: f16 rounds to
-    /// the nearest half (ties to even), q8_0 quantises each block of 32 to
-    /// int8 steps of amax / 127 (rounding half away from zero). The CPU
-    /// reference of every cache writer.
-    pub fn round_trip(self, row: &[f32]) -> Vec<f32> {
-        match self {
-            Self::F32 => row.to_vec(),
-            Self::F16 => row.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
-            Self::Q8_0 => row
-                .chunks(32)
-                .flat_map(|b| {
-                    let (d, q) = q8_block(b);
-                    q.into_iter().map(move |q| f32::from(q) * d)
-                })
-                .collect(),
-        }
-    }
-}
-
-/// A block of up to 32 values as q8_0: the scale amax / 127 and the int8
-/// values round(x · 127 / amax), as the cache writers compute them.
-pub fn q8_block(b: &[f32]) -> (f32, Vec<i8>) {
-    let amax = b.iter().fold(0.0f32, |m, x| m.max(x.abs()));
-    let d = amax / 127.0;
-    let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
-    (
-        d,
-        b.iter().map(|&x| (x * id).round().clamp(-127.0, 127.0) as i8).collect(),
-    )
-}
-
-impl std::str::FromStr for KvDtype {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "f32" | "float32" => Ok(Self::F32),
-            "f16" | "float16" | "half" => Ok(Self::F16),
-            "q8_0" | "q8" | "int8" => Ok(Self::Q8_0),
-            _ => Err(format!("unknown KV cache dtype {s:?}: use f32, f16 or q8_0")),
-        }
-    }
-}
-
-impl std::fmt::Display for KvDtype {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
     }
 }

@@ -36,6 +36,7 @@ pub mod config;
 pub mod convert;
 pub mod engine;
 pub mod gpu;
+pub mod kv_dtype;
 pub mod metrics;
 pub mod model;
 pub mod quant;

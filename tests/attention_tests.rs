@@ -9,6 +9,7 @@ use common::*;
 use rand::seq::SliceRandom;
 use wllm::backend::wgsl::{PagedKv, Rows};
 use wllm::backend::{Backend, KvDtype};
+use wllm::kv_dtype::rotate_block;
 
 struct Case {
     heads: usize,
@@ -140,7 +141,7 @@ fn run_case_on(
             let keys: Vec<Vec<f32>> = (0..=p)
                 .map(|j| {
                     let o = row_of(s, j) * qkv_w + h * hd;
-                    as_stored(&qkv[o..o + kv_w], dtype)[kvh * hd..][..hd].to_vec()
+                    dtype.key_round_trip(&qkv[o..o + kv_w])[kvh * hd..][..hd].to_vec()
                 })
                 .collect();
             let vals: Vec<Vec<f32>> = (0..=p)
@@ -172,7 +173,8 @@ fn tol(dtype: KvDtype) -> f32 {
     }
 }
 
-/// A K or V row (kv_heads · head_dim values) as a cache of `dtype` holds it.
+/// A V row (kv_heads · head_dim values) as a cache of `dtype` holds it (a K
+/// row: `KvDtype::key_round_trip`, rotated in q8_0).
 fn as_stored(v: &[f32], dtype: KvDtype) -> Vec<f32> {
     dtype.round_trip(v)
 }
@@ -437,8 +439,9 @@ fn f16_cache_rounds_to_nearest_even() {
 }
 
 /// A q8_0 cache holds each block of 32 values as int8 steps of amax / 127
-/// (llama.cpp's q8_0): read back, every value is the CPU's quantisation of it
-/// (`KvDtype::round_trip`) or, where the GPU's 127 / amax differs in the last
+/// (llama.cpp's q8_0; a K block rotated by the Walsh–Hadamard matrix first):
+/// read back, every value is the CPU's quantisation of it
+/// (`KvDtype::round_trip`, `KvDtype::stored_key`) or, where the GPU's 127 / amax differs in the last
 /// bit and a value sits on a rounding boundary, one step from it; a block of
 /// zeros stays zeros and a block's largest value comes back exactly ±amax
 /// (to the scale's rounding).
@@ -489,11 +492,18 @@ fn q8_0_cache_quantises_blocks_of_32() {
         )
         .unwrap();
         run_read::<f32>(enc, &[]);
-        for c in [&kc, &vc] {
+        // The K cache holds each block rotated (`KvDtype::rotate_block`), then quantised.
+        for (c, key) in [(&kc, true), (&vc, false)] {
             let got = ks.read_kv_cache(c, rows as u32, width as u32, KvDtype::Q8_0).unwrap();
             for (t, &s) in slots.iter().enumerate() {
                 let row = &vals[t * width..(t + 1) * width];
-                let want = KvDtype::Q8_0.round_trip(row);
+                let (row, want) = match key {
+                    true => (
+                        row.chunks(32).flat_map(rotate_block).collect::<Vec<_>>(),
+                        KvDtype::Q8_0.stored_key(row),
+                    ),
+                    false => (row.to_vec(), KvDtype::Q8_0.round_trip(row)),
+                };
                 let g = &got[s as usize * width..(s as usize + 1) * width];
                 for (b, ((x, w), g)) in row.chunks(32).zip(want.chunks(32)).zip(g.chunks(32)).enumerate() {
                     let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
@@ -501,7 +511,7 @@ fn q8_0_cache_quantises_blocks_of_32() {
                     for e in 0..32 {
                         assert!(
                             (g[e] - w[e]).abs() <= step * 1.0001,
-                            "row {t} block {b} value {e}: {} became {}, want {} (kv_cache {from_backend})",
+                            "row {t} block {b} value {e}: {} became {}, want {} (key {key}, kv_cache {from_backend})",
                             x[e],
                             g[e],
                             w[e]

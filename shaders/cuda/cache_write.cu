@@ -2,7 +2,8 @@
 // k_cache[slot_mapping[t]] = qkv[t, k_off ..], v_cache[...] = qkv[t, v_off ..],
 // kv_width values each (kv_heads · head_dim) of `dtype` (common.cuh's KV_*):
 // f32; halves (each rounded to the nearest half, ties to even); or q8_0, where
-// thread e quantises block e of 32 values (kv_width a multiple of 32).
+// thread e quantises block e of 32 values (kv_width a multiple of 32), a K
+// block after rotating it (hadamard32_at, as cache_write.wgsl).
 // Launch: grid (ceil(kv_width / 256), T), block 256. A copy, no reduction.
 
 extern "C" __global__ void cache_write(const float* qkv, const u32* slot_mapping, void* k_cache, void* v_cache,
@@ -17,7 +18,9 @@ extern "C" __global__ void cache_write(const float* qkv, const u32* slot_mapping
         u64 row = slot * kv_row_bytes(kv_width, dtype);
         u8* k = (u8*)k_cache + row;
         u8* v = (u8*)v_cache + row;
-        q8_block(qkv + src + k_off + 32 * e, k + 32 * e, (float*)(k + kv_width) + e);
+        float rk[32];
+        for (u32 i = 0; i < 32; i++) rk[i] = hadamard32_at(qkv + src + k_off + 32 * e, i);
+        q8_block(rk, k + 32 * e, (float*)(k + kv_width) + e);
         q8_block(qkv + src + v_off + 32 * e, v + 32 * e, (float*)(v + kv_width) + e);
         return;
     }

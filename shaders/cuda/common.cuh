@@ -77,6 +77,16 @@ __device__ __forceinline__ void q8_block(const float* x, u8* q, float* d) {
     *d = amax / 127.0f;
 }
 
+// Element i of a block of 32 times the Walsh–Hadamard matrix:
+// Σ_m (−1)^popcount(i & m) x[m], m ascending (`KvDtype::rotate_block`; each
+// term ±x[m], so the sum's bits are the WGSL writer's). q8_0 caches hold
+// their K blocks rotated; attention reads them with the query rotated too.
+__device__ __forceinline__ float hadamard32_at(const float* x, u32 i) {
+    float y = 0.0f;
+    for (u32 m = 0; m < 32; m++) y = (__popc(i & m) & 1) ? y - x[m] : y + x[m];
+    return y;
+}
+
 __device__ __forceinline__ float bf2f(u16 h) {
     return __uint_as_float(((u32)h) << 16);
 }

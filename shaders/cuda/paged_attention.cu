@@ -39,7 +39,8 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32)
 #pragma unroll
     for (int i = 0; i < ATT_DPL; i++) {
         u32 d = lane + 32 * i;
-        qv[i] = d < hd ? qh[d] : 0.0f;
+        // q8_0 keys are stored rotated (H·k): read them with H·q / 32.
+        qv[i] = d >= hd ? 0.0f : dtype == KV_Q8_0 ? hadamard32_at(qh + d / 32 * 32, d % 32) * (1.0f / 32.0f) : qh[d];
         acc[i] = 0.0f;
     }
     u32 pos = positions[tok];

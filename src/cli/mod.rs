@@ -80,7 +80,8 @@ pub struct EngineArgs {
     pub disable_hybrid_kv_cache_manager: bool,
     /// The KV cache's element type: auto (f16), f32, f16 (half the memory of f32; values rounded to
     /// 11 significant bits as they are written) or q8_0 (llama.cpp's: int8 with a scale per 32 values,
-    /// 1.125 bytes a value; rows of a multiple of 32 values).
+    /// 1.125 bytes a value, keys rotated by a Walsh–Hadamard transform before they are quantised;
+    /// heads of a multiple of 32 values).
     #[arg(long, global = true, default_value = "auto", value_parser = parse_kv_dtype, env = "WLLM_KV_CACHE_DTYPE")]
     pub kv_cache_dtype: AutoKvDtype,
     /// Directory of the persisted GPU pipeline cache (default: $XDG_CACHE_HOME/wllm or the platform's).

@@ -92,6 +92,14 @@ pub fn run(a: &PerplexityArgs) -> anyhow::Result<()> {
                 kl.n,
                 100.0 * kl.same_top_fraction()
             );
+            let (ln_ratio, ln_se) = kl.ln_ppl_ratio();
+            let (d, d_se) = kl.delta_ppl(ppl.value());
+            println!(
+                "PPL {:.4} against {:.4} with the {base_dtype} KV cache: ΔPPL {d:+.4} +/- {d_se:.4}, \
+                 mean ln(PPL/PPL_base) {ln_ratio:+.6} +/- {ln_se:.6} (paired over the same tokens)",
+                ppl.value(),
+                kl.base_ppl()
+            );
             ppl
         }
     };

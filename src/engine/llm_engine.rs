@@ -155,13 +155,14 @@ impl LlmEngine {
             ModelFiles::Hf { dir, .. } => Tokenizer::from_hf_dir(dir)?,
         };
         let dtype = cfg.kv_dtype();
-        let kv_width = model_config.kv_heads * model_config.head_dim;
-        if !kv_width.is_multiple_of(dtype.row_multiple() as usize) {
+        // A head's K and V are whole q8_0 blocks (as llama.cpp asks of a
+        // quantised cache): a block never spans two heads, which the q8_0
+        // keys' rotation needs.
+        if !model_config.head_dim.is_multiple_of(dtype.row_multiple() as usize) {
             return Err(EngineError::Config(format!(
-                "--kv-cache-dtype {dtype} holds a token's K and V rows in whole multiples of {} values; this \
-                 model's rows have {kv_width} ({} KV heads x {}): use --kv-cache-dtype f16",
+                "--kv-cache-dtype {dtype} holds each head's K and V in whole blocks of {} values; this \
+                 model's heads have {}: use --kv-cache-dtype f16",
                 dtype.row_multiple(),
-                model_config.kv_heads,
                 model_config.head_dim
             )));
         }

@@ -199,6 +199,10 @@ impl LlmEngine {
                 ppl.nll += v;
                 ppl.nll2 += v * v;
                 ppl.scored += 1;
+                let base_v = -f64::from(p[target]);
+                kl.base_nll += base_v;
+                kl.dnll += v - base_v;
+                kl.dnll2 += (v - base_v) * (v - base_v);
                 let d = kl_divergence(p, q);
                 kl.sum += d;
                 kl.max = kl.max.max(d);
@@ -220,6 +224,12 @@ pub struct KlStats {
     pub max: f64,
     /// Positions whose most likely token is the same in both.
     pub same_top: usize,
+    /// Σ −log p of the scored tokens under the base, and Σ and Σ² of the
+    /// per-token difference (this run's −log p minus the base's): the paired
+    /// statistics that tell a real change of perplexity from the text's noise.
+    pub base_nll: f64,
+    pub dnll: f64,
+    pub dnll2: f64,
 }
 
 impl KlStats {
@@ -229,6 +239,31 @@ impl KlStats {
 
     pub fn same_top_fraction(&self) -> f64 {
         self.same_top as f64 / self.n.max(1) as f64
+    }
+
+    /// The base's perplexity over the same scored tokens.
+    pub fn base_ppl(&self) -> f64 {
+        (self.base_nll / self.n.max(1) as f64).exp()
+    }
+
+    /// ln(PPL / PPL_base), the mean per-token difference of −log p, and its
+    /// standard error (llama-perplexity's "Mean ln(PPL(Q)/PPL(base))"); the
+    /// error is NaN under two positions.
+    pub fn ln_ppl_ratio(&self) -> (f64, f64) {
+        let n = self.n as f64;
+        let mean = self.dnll / n.max(1.0);
+        if n < 2.0 {
+            return (mean, f64::NAN);
+        }
+        let var = (self.dnll2 / n - mean * mean).max(0.0);
+        (mean, (var / (n - 1.0)).sqrt())
+    }
+
+    /// PPL − PPL_base given this run's `ppl`, with its standard error (the
+    /// paired error of the log ratio carried through exp).
+    pub fn delta_ppl(&self, ppl: f64) -> (f64, f64) {
+        let (_, se) = self.ln_ppl_ratio();
+        (ppl - self.base_ppl(), ppl * se)
     }
 }
 
@@ -266,4 +301,32 @@ fn neg_log_softmax(row: &[f32], target: usize) -> f64 {
     let max = row.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v)) as f64;
     let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
     max + sum.ln() - row[target] as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paired_statistics_give_the_log_ratio_and_its_error() {
+        // Base −log p of 1, 2, 3, 2; this run's 1.1, 2.0, 3.3, 2.2: differences .1, 0, .3, .2.
+        let (base, run) = ([1.0, 2.0, 3.0, 2.0], [1.1, 2.0, 3.3, 2.2]);
+        let mut kl = KlStats::default();
+        for (b, r) in base.iter().zip(run) {
+            kl.n += 1;
+            kl.base_nll += b;
+            kl.dnll += r - b;
+            kl.dnll2 += (r - b) * (r - b);
+        }
+        let (m, se) = kl.ln_ppl_ratio();
+        assert!((m - 0.15).abs() < 1e-12, "{m}");
+        // Sample variance of .1, 0, .3, .2 is 0.05/3; the error of the mean sqrt(0.05/3/4).
+        assert!((se - (0.05f64 / 12.0).sqrt()).abs() < 1e-12, "{se}");
+        assert!((kl.base_ppl() - 2f64.exp()).abs() < 1e-12);
+        let ppl = 2.15f64.exp();
+        let (d, d_se) = kl.delta_ppl(ppl);
+        assert!((d - (2.15f64.exp() - 2f64.exp())).abs() < 1e-12);
+        assert!((d_se - ppl * se).abs() < 1e-12);
+        assert!(KlStats::default().ln_ppl_ratio().1.is_nan());
+    }
 }

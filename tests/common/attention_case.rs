@@ -114,7 +114,7 @@ pub fn run_attention_with<B: Backend>(
 }
 
 /// The reference of `run_attention_with`: K and V as the cache of `dtype`
-/// holds them (`KvDtype::round_trip`).
+/// holds them (`KvDtype::key_round_trip` and `round_trip`).
 pub fn reference_attention_with(window: usize, softcap: f32, dtype: KvDtype) -> Vec<f32> {
     let (heads, kvh, hd, _) = ATT;
     let (qkv, pos, seq, _, _, _) = attention_data();
@@ -134,8 +134,12 @@ pub fn reference_attention_with(window: usize, softcap: f32, dtype: KvDtype) -> 
             let q = &qkv[tok * width + h * hd..][..hd];
             let row = |j: usize, off: usize| -> Vec<f32> {
                 let r = &qkv[(starts[s as usize] + j) * width + off + g * hd..][..hd];
-                // (head_dim 64: a head's row is whole q8_0 blocks.)
-                dtype.round_trip(r)
+                // (head_dim 64: a head's row is whole q8_0 blocks; q8_0 keys
+                // are rotated before they are quantised.)
+                match off == heads * hd {
+                    true => dtype.key_round_trip(r),
+                    false => dtype.round_trip(r),
+                }
             };
             let lo = if window > 0 {
                 (p as usize + 1).saturating_sub(window)

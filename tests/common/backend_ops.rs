@@ -533,7 +533,8 @@ pub fn op_cases<B: Backend>() -> Vec<OpCase<B>> {
         |b: &B| run_attention_with(b, 6, 0.0, KvDtype::F16, true),
         || reference_attention_with(6, 0.0, KvDtype::F16),
     ));
-    // q8_0: the reference quantises each block of 32 as the writers do; a
+    // q8_0: the reference quantises each block of 32 as the writers do (a K
+    // block rotated first, and rotated back for the reference's q · k); a
     // value on a rounding boundary may land one step (amax / 127) away where
     // a backend's 127 / amax differs in the last bit, hence the tolerance.
     cases.push(OpCase::new(

@@ -66,6 +66,8 @@ inline float __uint_as_float(unsigned u) {
 
 inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
 
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+
 inline float wllm_emu_h2f(unsigned short h) {
     unsigned e = (h >> 10) & 31, m = h & 1023;
     float v = e == 0 ? std::ldexp((float)m, -24)
