@@ -96,7 +96,7 @@ fn v_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
 }
 {% elif q8 %}
 // A q8_0 row (cache_write.wgsl): kv_width / 4 words of four int8 values, then
-// an f32 scale per block of 32 (K blocks hold H·k: read through q_at's H·q). Texel i of head kvh: word kvh·D4 + i, times
+// an f32 scale per block of 32 (K blocks hold H·k: read with q_block's H·q / 32). Texel i of head kvh: word kvh·D4 + i, times
 // its block's scale (a block never splits a texel: kv_width % 32 == 0).
 fn q8x4(u: u32) -> vec4<f32> {
     return vec4<f32>(vec4<i32>(bitcast<i32>(u << 24u), bitcast<i32>(u << 16u), bitcast<i32>(u << 8u), bitcast<i32>(u)) >> vec4<u32>(24u));
@@ -129,23 +129,38 @@ fn v_at(slot: u32, kvh: u32, i: u32) -> vec4<f32> {
     return v_cache[slot * p.kv_heads * D4 + kvh * D4 + i];
 }
 {% endif %}
-// Texel i of the query head whose row starts at `base`. With a q8_0 cache,
-// whose K blocks hold H·k (cache_write.wgsl), each block of 32 rotated the
-// same way and scaled by 1/32 (exact): (H q / 32) · (H k) = q · k, H being
-// symmetric with H·H = 32·I. Summed in ascending m, as `KvDtype::rotate_block`.
+// Texel i of the query head whose row starts at `base`.
 fn q_at(base: u32, i: u32) -> vec4<f32> {
-{% if q8 %}
-    let b0 = base + (i / 8u) * 32u;
-    let j = vec4<u32>(4u * (i % 8u)) + vec4<u32>(0u, 1u, 2u, 3u);
-    var r = vec4<f32>(0.0);
-    for (var m = 0u; m < 32u; m = m + 1u) {
-        r = r + q[b0 + m] * (vec4<f32>(1.0) - 2.0 * vec4<f32>(countOneBits(j & vec4<u32>(m)) & vec4<u32>(1u)));
-    }
-    return r * (1.0 / 32.0);
-{% else %}
     return vec4<f32>(q[base + 4u * i], q[base + 4u * i + 1u], q[base + 4u * i + 2u], q[base + 4u * i + 3u]);
-{% endif %}
 }
+{% if q8 %}
+// A q8_0 cache's K blocks hold H·k (cache_write.wgsl), H the 32×32
+// Walsh–Hadamard matrix; the query is read through the same rotation, scaled
+// by 1/32 (exact): (H q / 32) · (H k) = q · k, H being symmetric with
+// H·H = 32·I. h4 is H's 4×4 factor within a texel; q_block the 8 texels of
+// the block of 32 at `base` (H = H8 ⊗ H4: texels combined by a butterfly),
+// once per query row rather than once per texel.
+fn h4(v: vec4<f32>) -> vec4<f32> {
+    let a = vec4<f32>(v.x + v.y, v.x - v.y, v.z + v.w, v.z - v.w);
+    return vec4<f32>(a.x + a.z, a.y + a.w, a.x - a.z, a.y - a.w);
+}
+fn q_block(base: u32) -> array<vec4<f32>, 8> {
+    var r: array<vec4<f32>, 8>;
+    for (var j = 0u; j < 8u; j = j + 1u) { r[j] = h4(q_at(base, j)); }
+    for (var s = 1u; s < 8u; s = s * 2u) {
+        for (var j = 0u; j < 8u; j = j + 1u) {
+            if ((j & s) == 0u) {
+                let u = r[j];
+                let w = r[j + s];
+                r[j] = u + w;
+                r[j + s] = u - w;
+            }
+        }
+    }
+    for (var j = 0u; j < 8u; j = j + 1u) { r[j] = r[j] * (1.0 / 32.0); }
+    return r;
+}
+{% endif %}
 {#
   kv_rows(slot, d4): the K and V rows of the key at `slot` into registers
   k0 .. k{d4-1} and v0 .. v{d4-1} (for the including template: `import` it).

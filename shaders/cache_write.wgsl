@@ -22,7 +22,7 @@
 // ascending: `KvDtype::rotate_block`): a channel far larger than the others
 // (keys have them) spreads over the block instead of widening the step of the
 // 31 small values, and attention reads the keys through H·q / 32
-// (attention_common.wgsl's q_at), so q · k is unchanged. The engine allows
+// (attention_common.wgsl's q_block), so q · k is unchanged. The engine allows
 // q8_0 only where head_dim is a multiple of 32 (a block never spans two heads).
 
 struct Params {

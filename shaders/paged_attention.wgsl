@@ -53,7 +53,14 @@ let lo{{ ti }} = lo_of(n{{ ti }});
   {% for gi in range(g) %}
 let qb{{ ti }}_{{ gi }} = t{{ ti }} * p.q_stride + (h0 + {{ gi }}u) * HD;
     {% for i in range(d4) %}
+      {% if q8 %}
+        {% if i % 8 == 0 %}
+let qr{{ ti }}_{{ gi }}_{{ i // 8 }} = q_block(qb{{ ti }}_{{ gi }} + {{ 4 * i }}u);
+        {% endif %}
+let q{{ ti }}_{{ gi }}_{{ i }} = qr{{ ti }}_{{ gi }}_{{ i // 8 }}[{{ i % 8 }}];
+      {% else %}
 let q{{ ti }}_{{ gi }}_{{ i }} = q_at(qb{{ ti }}_{{ gi }}, {{ i }}u);
+      {% endif %}
 var a{{ ti }}_{{ gi }}_{{ i }} = vec4<f32>(0.0);
     {% endfor %}
 var m{{ ti }}_{{ gi }} = NEG;

@@ -49,7 +49,14 @@
 {% for gi in range(g) %}
 let qb{{ gi }} = {{ t }} * p.q_stride + (h0 + {{ gi }}u) * HD;
   {% for i in range(d4) %}
+    {% if q8 %}
+      {% if i % 8 == 0 %}
+let qr{{ gi }}_{{ i // 8 }} = q_block(qb{{ gi }} + {{ 4 * i }}u);
+      {% endif %}
+let q{{ gi }}_{{ i }} = qr{{ gi }}_{{ i // 8 }}[{{ i % 8 }}];
+    {% else %}
 let q{{ gi }}_{{ i }} = q_at(qb{{ gi }}, {{ i }}u);
+    {% endif %}
   {% endfor %}
 {% endfor %}
 {% endmacro %}

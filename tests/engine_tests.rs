@@ -285,3 +285,22 @@ fn a_large_group_yields_a_slot_to_a_new_request() {
     }
     assert_eq!(out[&small], run_all(&mut solo, &[(vec![7, 8, 9], params(4))])[0]);
 }
+
+/// q8_0 keeps each head's K and V in whole blocks of 32 (its keys are rotated
+/// blockwise): a model of 16-value heads is refused with what to use instead.
+#[test]
+fn q8_0_cache_refuses_heads_that_are_not_whole_blocks() {
+    let cfg = EngineConfig {
+        kv_cache_dtype: Some(KvDtype::Q8_0),
+        ..tiny_config(tiny_model("engine_q8_heads"), 64, 32)
+    };
+    let err = match LlmEngine::new(&cfg) {
+        Ok(_) => panic!("a q8_0 cache of 16-value heads was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("whole blocks of 32") && err.contains("heads have 16"),
+        "{err}"
+    );
+    assert!(err.contains("--kv-cache-dtype f16"), "{err}");
+}
