@@ -25,14 +25,21 @@ impl Perplexity {
 
     /// llama.cpp's ± (standard error of the mean NLL carried through exp).
     pub fn uncertainty(&self) -> f64 {
-        let n = self.scored as f64;
-        if n < 2.0 {
-            return f64::NAN;
-        }
-        let mean = self.nll / n;
-        let var = self.nll2 / n - mean * mean;
-        mean.exp() * (var.max(0.0) / (n - 1.0)).sqrt()
+        let (mean, se) = mean_and_error(self.nll, self.nll2, self.scored);
+        mean.exp() * se
     }
+}
+
+/// The mean of n values from their sum and sum of squares, and the standard
+/// error of that mean (NaN under two values).
+fn mean_and_error(sum: f64, sum2: f64, n: usize) -> (f64, f64) {
+    let n = n as f64;
+    let mean = sum / n.max(1.0);
+    if n < 2.0 {
+        return (mean, f64::NAN);
+    }
+    let var = (sum2 / n - mean * mean).max(0.0);
+    (mean, (var / (n - 1.0)).sqrt())
 }
 
 impl LlmEngine {
@@ -250,13 +257,7 @@ impl KlStats {
     /// standard error (llama-perplexity's "Mean ln(PPL(Q)/PPL(base))"); the
     /// error is NaN under two positions.
     pub fn ln_ppl_ratio(&self) -> (f64, f64) {
-        let n = self.n as f64;
-        let mean = self.dnll / n.max(1.0);
-        if n < 2.0 {
-            return (mean, f64::NAN);
-        }
-        let var = (self.dnll2 / n - mean * mean).max(0.0);
-        (mean, (var / (n - 1.0)).sqrt())
+        mean_and_error(self.dnll, self.dnll2, self.n)
     }
 
     /// PPL − PPL_base given this run's `ppl`, with its standard error (the
