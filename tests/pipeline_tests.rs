@@ -80,6 +80,53 @@ fn one_token_prompts_build_only_the_tiles_they_use() {
     );
 }
 
+/// An engine that no warm-up has tuned (the CLI's: generate, chat, embed)
+/// runs batched gemms under the smallest row-tile cap, whose pipelines compile
+/// fastest (its first prompt compiles them); a warm-up replaces it with the
+/// cap it times fastest.
+#[test]
+fn an_engine_starts_under_the_smallest_row_tile_cap() {
+    let ctx = GpuContext::new(&GpuOptions {
+        pipeline_cache: PipelineCacheDir::Off,
+        ..Default::default()
+    })
+    .unwrap();
+    let cfg = EngineConfig {
+        kv_cache_memory: Some(2048 * 512),
+        max_model_len: Some(1024),
+        ..tiny_config("pipelines_start_cap")
+    };
+    let mut engine = LlmEngine::with_context(&ctx, &cfg).unwrap();
+    let caps = engine.runner.row_tile_caps();
+    let want = caps.last().copied().unwrap_or(u32::MAX);
+    assert_eq!(engine.runner.row_tile_cap(), want, "caps {caps:?}");
+    // A prompt longer than every tile runs under it.
+    let p: Vec<u32> = (0..40).map(|i| 10 + i).collect();
+    let params = SamplingParams {
+        max_tokens: Some(2),
+        ignore_eos: true,
+        ..SamplingParams::greedy()
+    };
+    engine.add_request(p, params).unwrap();
+    while engine.has_unfinished() {
+        engine.step().unwrap();
+    }
+    assert_eq!(engine.runner.row_tile_cap(), want);
+    if caps.len() > 1 {
+        drop(engine);
+        let mut fresh = LlmEngine::with_context(&ctx, &cfg).unwrap();
+        fresh.warm_up().unwrap();
+        let r = fresh.row_tile.as_ref().expect("the warm-up chose a cap");
+        assert_eq!(
+            fresh.runner.row_tile_cap(),
+            r.cap,
+            "the warm-up's choice is in force: {r:?}"
+        );
+    } else {
+        eprintln!("this adapter offers no row-tile caps ({caps:?}): nothing to start under");
+    }
+}
+
 #[test]
 fn a_corrupt_or_foreign_cache_file_is_ignored_and_rewritten() {
     let dir = test_dir("pipelines_disk");

@@ -264,6 +264,10 @@ pub trait Backend: Send + 'static {
     }
     /// Caps the row tile of batched gemms (one of `row_tile_caps`).
     fn set_row_tile_cap(&self, _cap: u32) {}
+    /// The row-tile cap in force (`u32::MAX`: none).
+    fn row_tile_cap(&self) -> u32 {
+        u32::MAX
+    }
 
     /// Pipelines compiled on this device so far (backends that compile ahead report none).
     fn pipeline_stats(&self) -> PipelineStats {

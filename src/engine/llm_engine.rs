@@ -317,6 +317,14 @@ impl LlmEngine {
             speculative: cfg.speculative.clone(),
             draft,
         };
+        // Until a warm-up times the row-tile caps (`warm_up`: servers), batched
+        // gemms take the smallest: its pipelines compile in a third of the
+        // time of the largest's on llvmpipe, where an engine without warm-up
+        // (`wllm generate`, `chat`, `embed`) compiles them in its first
+        // prompt. Every tile gives the same bits.
+        if let Some(&smallest) = me.runner.row_tile_caps().last() {
+            me.runner.set_row_tile_cap(smallest);
+        }
         if let Some(d) = &me.draft {
             me.memory.kv += d.kv_bytes();
         }

@@ -67,6 +67,8 @@ pub trait StepRunner: Send {
     fn row_tile_caps(&self) -> Vec<u32>;
     /// Caps the row tile of batched gemms (`Backend::set_row_tile_cap`).
     fn set_row_tile_cap(&self, cap: u32);
+    /// The row-tile cap in force (`Backend::row_tile_cap`).
+    fn row_tile_cap(&self) -> u32;
 }
 
 /// Runs the model over the paged cache.
@@ -113,6 +115,9 @@ impl<B: Backend> StepRunner for ModelRunner<B> {
     }
     fn set_row_tile_cap(&self, cap: u32) {
         self.kernels.set_row_tile_cap(cap);
+    }
+    fn row_tile_cap(&self) -> u32 {
+        self.kernels.row_tile_cap()
     }
 }
 

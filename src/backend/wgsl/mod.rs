@@ -72,7 +72,8 @@ pub struct Kernels {
     /// `use_gpu_shapes` sets 1, so that tests run the tiles they name.
     pub min_workgroups: u32,
     /// The largest row tile batched gemms may take (`u32::MAX`: the tiles'
-    /// own), set by the engine's warm-up from timed steps (`Backend::set_row_tile_cap`).
+    /// own), set by an engine (`Backend::set_row_tile_cap`): the smallest cap
+    /// at start, then its warm-up's choice from timed steps.
     row_cap: AtomicU32,
     /// Whether the tiles were given (`--gemm-tiles`): then nothing is tuned.
     tiles_given: bool,

@@ -202,6 +202,10 @@ impl Backend for Kernels {
         Kernels::set_row_tile_cap(self, cap);
     }
 
+    fn row_tile_cap(&self) -> u32 {
+        Kernels::row_tile_cap(self)
+    }
+
     fn fused(&self) -> Option<&Kernels> {
         Some(self)
     }
