@@ -216,6 +216,34 @@ fn stream_works_as_iterator_and_as_async_stream() {
     assert_eq!(tokens, blocking.token_ids);
 }
 
+/// A request's metrics count from when it arrived (the engine handle stamps
+/// it when called; the engine thread may take it a step or a `prime` later),
+/// not from when the engine took it.
+#[test]
+fn metrics_count_from_the_arrival() {
+    let model = tiny_model("engine_arrival");
+    let mut core = LlmEngine::new(&tiny_config(model, 4096, 256)).unwrap();
+    let mut s = SamplingParams::greedy();
+    s.max_tokens = Some(2);
+    s.ignore_eos = true;
+    let waited = std::time::Duration::from_millis(1500);
+    let arrival = std::time::Instant::now() - waited;
+    core.add_request_arrived(7, (5..20).collect(), s, 7, arrival).unwrap();
+    let mut metrics = None;
+    while core.has_unfinished() {
+        for o in core.step().unwrap() {
+            metrics = metrics.or(o.metrics);
+        }
+    }
+    let m = metrics.expect("the finished request's metrics");
+    assert!(
+        m.time_to_first_token >= waited.as_secs_f64() && m.queue_time >= waited.as_secs_f64(),
+        "TTFT {} s, queue {} s: not counted from the arrival {waited:?} before",
+        m.time_to_first_token,
+        m.queue_time
+    );
+}
+
 #[test]
 fn chat_prompt_goes_through_the_template() {
     let model = tiny_model("engine_chat");

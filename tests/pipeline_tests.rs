@@ -127,6 +127,61 @@ fn an_engine_starts_under_the_smallest_row_tile_cap() {
     }
 }
 
+/// `prime` (what `wllm chat` runs while a person types its first message)
+/// builds every pipeline that short prompts and their decodes use: after it,
+/// prompts of 1 to 40 tokens compile nothing.
+#[test]
+fn a_primed_engine_compiles_nothing_for_short_prompts() {
+    let ctx = GpuContext::new(&GpuOptions {
+        pipeline_cache: PipelineCacheDir::Off,
+        ..Default::default()
+    })
+    .unwrap();
+    let cfg = EngineConfig {
+        kv_cache_memory: Some(2048 * 512),
+        max_model_len: Some(1024),
+        ..tiny_config("pipelines_primed")
+    };
+    let mut engine = LlmEngine::with_context(&ctx, &cfg).unwrap();
+    let store = pipeline_store(&ctx);
+    let before = store.stats().compiled;
+    // Asked before each step; stopped where it says no.
+    let mut asked = 0;
+    let stopped = engine
+        .prime(|| {
+            asked += 1;
+            asked < 2
+        })
+        .unwrap();
+    assert_eq!((stopped, asked), (1, 2), "one step, then stopped");
+    assert_eq!(
+        engine.prime(|| true).unwrap(),
+        3,
+        "8 tokens of one sequence, one token, 4 tokens"
+    );
+    let primed = store.stats().compiled;
+    assert!(primed > before);
+    let params = SamplingParams {
+        max_tokens: Some(3),
+        ignore_eos: true,
+        ..SamplingParams::greedy()
+    };
+    for n in [1u32, 3, 8, 9, 17, 40] {
+        engine
+            .add_request((0..n).map(|i| 10 + i).collect(), params.clone())
+            .unwrap();
+        assert_eq!(engine.prime(|| true).unwrap(), 0, "no priming once requests are in");
+        while engine.has_unfinished() {
+            engine.step().unwrap();
+        }
+        assert_eq!(
+            store.stats().compiled,
+            primed,
+            "a {n}-token prompt compiled pipelines after prime"
+        );
+    }
+}
+
 #[test]
 fn a_corrupt_or_foreign_cache_file_is_ignored_and_rewritten() {
     let dir = test_dir("pipelines_disk");

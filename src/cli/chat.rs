@@ -19,7 +19,7 @@ pub struct ChatArgs {
 }
 
 pub fn run(a: &ChatArgs) -> anyhow::Result<()> {
-    let engine = a.engine.start()?;
+    let engine = a.engine.start_primed()?;
     let mut history = Vec::new();
     if let Some(s) = &a.system {
         history.push(ChatMessage::new("system", s));

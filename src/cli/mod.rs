@@ -251,22 +251,29 @@ impl EngineArgs {
 
     /// Starts an engine and prints what it runs on.
     pub fn start(&self) -> anyhow::Result<wllm::Engine> {
-        self.start_with(false, 0)
+        self.start_with(Warm::No, 0)
+    }
+
+    /// As `start`, for an engine that waits on a person first (`wllm chat`):
+    /// its thread builds the pipelines of short prompts meanwhile
+    /// (`Engine::from_core_primed`).
+    pub fn start_primed(&self) -> anyhow::Result<wllm::Engine> {
+        self.start_with(Warm::Prime, 0)
     }
 
     /// As `start`, for a server: also builds every pipeline its first requests
     /// will need (`LlmEngine::warm_up`) before it returns.
     pub fn start_warm(&self) -> anyhow::Result<wllm::Engine> {
-        self.start_with(true, 0)
+        self.start_with(Warm::Full, 0)
     }
 
     /// As `start_warm`, keeping at least `steps` steps of trace for the live
     /// /engine page even without --trace.
     pub fn start_server(&self, steps: usize) -> anyhow::Result<wllm::Engine> {
-        self.start_with(true, steps)
+        self.start_with(Warm::Full, steps)
     }
 
-    fn start_with(&self, warm: bool, min_trace_steps: usize) -> anyhow::Result<wllm::Engine> {
+    fn start_with(&self, warm: Warm, min_trace_steps: usize) -> anyhow::Result<wllm::Engine> {
         let mut cfg = self.config()?;
         cfg.trace_steps = cfg.trace_steps.max(min_trace_steps);
         if cfg.device == wllm::Device::Auto
@@ -278,7 +285,7 @@ impl EngineArgs {
         let t0 = std::time::Instant::now();
         let mut core =
             wllm::LlmEngine::new(&cfg).with_context(|| format!("starting the engine on {}", cfg.model.display()))?;
-        if warm {
+        if warm == Warm::Full {
             let t = std::time::Instant::now();
             let steps = core.warm_up().context("warming up the engine's pipelines")?;
             eprintln!(
@@ -292,7 +299,11 @@ impl EngineArgs {
         if let Some(d) = &core.draft {
             eprintln!("{}", d.describe());
         }
-        let engine = wllm::Engine::from_core(core);
+        let engine = if warm == Warm::Prime {
+            wllm::Engine::from_core_primed(core)
+        } else {
+            wllm::Engine::from_core(core)
+        };
         eprintln!("device: {}", engine.adapter());
         eprintln!("{}", engine.memory_plan().describe());
         eprintln!("{}", engine.kv_plan().describe());
@@ -304,6 +315,17 @@ impl EngineArgs {
         );
         Ok(engine)
     }
+}
+
+/// What an engine does before its first request (`EngineArgs::start_with`).
+#[derive(Clone, Copy, PartialEq)]
+enum Warm {
+    /// Nothing: the first prompt compiles what it runs.
+    No,
+    /// Builds short prompts' pipelines on the engine thread, in the background.
+    Prime,
+    /// The full warm-up (`LlmEngine::warm_up`) before returning: servers.
+    Full,
 }
 
 impl EngineArgs {

@@ -32,6 +32,9 @@ struct AddSeq {
     prompt: Vec<u32>,
     params: Box<SamplingParams>,
     out: tmpsc::UnboundedSender<Item>,
+    /// When the caller asked: the request's TTFT and queue time count from
+    /// here, not from when the engine thread took it (after a step or `prime`).
+    arrival: std::time::Instant,
 }
 
 enum Command {
@@ -96,6 +99,19 @@ impl Engine {
 
     /// Starts the step loop around an engine core.
     pub fn from_core(core: LlmEngine) -> Self {
+        Self::spawn(core, false)
+    }
+
+    /// As `from_core`, the engine thread first priming the pipelines of short
+    /// prompts (`LlmEngine::prime`) while the caller waits on something else
+    /// (a person typing); a command that arrives meanwhile stops the priming
+    /// after its current step. A device error there is left for the first
+    /// request's step to meet and report.
+    pub fn from_core_primed(core: LlmEngine) -> Self {
+        Self::spawn(core, true)
+    }
+
+    fn spawn(core: LlmEngine, prime: bool) -> Self {
         let (tx, rx) = mpsc::channel();
         let tokenizer = core.tokenizer.clone();
         let guide = core.guide.clone();
@@ -107,7 +123,21 @@ impl Engine {
         let speculative = core.speculative.clone();
         let thread = std::thread::Builder::new()
             .name("wllm-engine".into())
-            .spawn(move || run_loop(core, rx))
+            .spawn(move || {
+                let mut core = core;
+                let mut early = None;
+                if prime {
+                    // (An error here is the device's: the first step meets it again.)
+                    let _ = core.prime(|| match rx.try_recv() {
+                        Ok(c) => {
+                            early = Some(c);
+                            false
+                        }
+                        Err(_) => true,
+                    });
+                }
+                run_loop(core, rx, early)
+            })
             .expect("spawn the engine thread");
         Self {
             inner: Arc::new(Inner {
@@ -226,6 +256,7 @@ impl Engine {
                     prompt: ids.clone(),
                     params: Box::new(params),
                     out,
+                    arrival: std::time::Instant::now(),
                 });
                 streams.push(RequestStream {
                     id,
@@ -332,11 +363,15 @@ impl Engine {
     }
 }
 
-fn run_loop(mut core: LlmEngine, rx: mpsc::Receiver<Command>) {
+/// The engine thread: takes commands, steps while requests are unfinished.
+/// `early`: a command taken before the loop (one that stopped `prime`).
+fn run_loop(mut core: LlmEngine, rx: mpsc::Receiver<Command>, mut early: Option<Command>) {
     let mut streams: HashMap<SeqId, tmpsc::UnboundedSender<Item>> = HashMap::new();
     loop {
         // Wait for work when idle; otherwise take whatever has arrived.
-        let first = if core.has_unfinished() {
+        let first = if let Some(c) = early.take() {
+            Some(c)
+        } else if core.has_unfinished() {
             None
         } else {
             match rx.recv() {
@@ -353,9 +388,10 @@ fn run_loop(mut core: LlmEngine, rx: mpsc::Receiver<Command>) {
                         prompt,
                         params,
                         out,
+                        arrival,
                     } in seqs
                     {
-                        match core.add_request_in_group(id, prompt, *params, group.unwrap_or(id)) {
+                        match core.add_request_arrived(id, prompt, *params, group.unwrap_or(id), arrival) {
                             Ok(()) => {
                                 streams.insert(id, out);
                             }

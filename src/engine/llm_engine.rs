@@ -378,6 +378,20 @@ impl LlmEngine {
         params: SamplingParams,
         group: SeqId,
     ) -> Result<(), EngineError> {
+        self.add_request_arrived(id, prompt, params, group, Instant::now())
+    }
+
+    /// As `add_request_in_group`, for a request that arrived at `arrival`
+    /// (its metrics count from there): the engine handle's, whose requests
+    /// wait in a channel while a step runs.
+    pub fn add_request_arrived(
+        &mut self,
+        id: SeqId,
+        prompt: Vec<u32>,
+        params: SamplingParams,
+        group: SeqId,
+        arrival: Instant,
+    ) -> Result<(), EngineError> {
         let max_total = self.validate(&prompt, &params)?;
         if self.scheduler.seqs.contains_key(&id) {
             return Err(EngineError::InvalidRequest(format!(
@@ -400,6 +414,7 @@ impl LlmEngine {
         seq.spec_cfg = spec_cfg.filter(|_| seq.params.speculates() && seq.pooler.is_none());
         seq.group = group;
         seq.matcher = matcher;
+        seq.times.arrival = arrival.min(seq.times.arrival);
         if let Some(t) = &mut self.trace {
             t.arrived(id, seq.prompt_len, seq.times.arrival);
         }

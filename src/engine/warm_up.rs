@@ -175,6 +175,27 @@ impl LlmEngine {
         Ok(steps)
     }
 
+    /// A light warm-up for an engine that is about to wait on a person (`wllm
+    /// chat`): builds the pipelines of short prompts and their decodes under
+    /// the row-tile cap in force (no tuning) with throwaway steps of one
+    /// sequence of 8 tokens, a one-token step and one sequence of 4 tokens, so
+    /// that a first prompt of up to a few hundred tokens compiles nothing.
+    /// `go_on` is asked before each step (false: stop there, a request came).
+    /// Does nothing once requests have been added. Returns the steps run.
+    pub fn prime(&mut self, mut go_on: impl FnMut() -> bool) -> Result<usize, EngineError> {
+        if self.scheduler.has_unfinished() || self.scheduler.blocks.num_free_blocks() < self.plan.num_blocks {
+            return Ok(0);
+        }
+        let mut steps = 0;
+        for (n, prefill) in [(8, true), (1, false), (4, true)] {
+            if !go_on() {
+                break;
+            }
+            steps += usize::from(self.warm_step(n, prefill)?.is_some());
+        }
+        Ok(steps)
+    }
+
     /// Runs a one-token step in the pool's last block, so that the step binds
     /// the whole KV pool (steps bind the prefix they touch, rounded up to a
     /// power of two of blocks) and wgpu zero-fills it now. Otherwise the
