@@ -104,6 +104,10 @@ pub struct Metrics {
     /// Seconds the engine spent recording its step trace, and in its steps.
     pub trace_record_seconds_total: f64,
     pub step_seconds_total: f64,
+    /// Compute pipelines compiled on the engine's device so far (each once: in
+    /// the warm-up, or by the first step that runs it) and their seconds.
+    pub pipelines_compiled_total: u64,
+    pub pipeline_compile_seconds_total: f64,
     /// The KV cache's configuration, set once the pool is made.
     pub cache_config: CacheConfig,
 }
@@ -158,6 +162,8 @@ impl Default for Metrics {
             logits_rows_read_total: 0,
             trace_record_seconds_total: 0.0,
             step_seconds_total: 0.0,
+            pipelines_compiled_total: 0,
+            pipeline_compile_seconds_total: 0.0,
             cache_config: CacheConfig::default(),
         }
     }
@@ -347,6 +353,11 @@ impl Metrics {
                 "Logits rows read back to the CPU for sampling",
                 self.logits_rows_read_total,
             ),
+            (
+                "pipelines_compiled_total",
+                "Compute pipelines compiled on the engine's device, each once (warm-up or first use)",
+                self.pipelines_compiled_total,
+            ),
         ];
         for (name, help, v) in counters {
             let _ = writeln!(
@@ -364,6 +375,11 @@ impl Metrics {
                 "step_seconds_total",
                 "Seconds spent in engine steps",
                 self.step_seconds_total,
+            ),
+            (
+                "pipeline_compile_seconds_total",
+                "Seconds spent compiling pipelines_compiled_total",
+                self.pipeline_compile_seconds_total,
             ),
         ] {
             let _ = writeln!(

@@ -146,6 +146,9 @@ fn endpoints_answer_in_openai_shapes() {
             let line = metrics.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("/metrics lacks {name}"));
             line.rsplit(' ').next().unwrap().parse().unwrap()
         };
+        // The server compiled its pipelines (in the warm-up), and says so.
+        assert!(gauge("wllm:pipelines_compiled_total{") > 0.0, "{metrics}");
+        assert!(gauge("wllm:pipeline_compile_seconds_total{") > 0.0, "{metrics}");
         let (st, engine) = get(&format!("{b}/engine/state")).await.unwrap();
         assert_eq!(st, 200);
         let e: Value = serde_json::from_str(&engine).unwrap();

@@ -121,5 +121,15 @@ pub fn run(a: &GenerateArgs) -> anyhow::Result<()> {
             }
         }
     }
+    if !a.json
+        && let Ok(m) = engine.metrics()
+        && m.pipelines_compiled_total > 0
+    {
+        // (What a warmed-up server, `wllm serve`, pays before its first request.)
+        eprintln!(
+            "[this run compiled {} pipelines in {:.1} s]",
+            m.pipelines_compiled_total, m.pipeline_compile_seconds_total
+        );
+    }
     a.engine.write_trace(&engine)
 }

@@ -681,7 +681,7 @@ impl LlmEngine {
         self.metrics.request_decode_time_seconds.observe(m.decode_time);
     }
 
-    fn update_gauges(&mut self) {
+    pub(super) fn update_gauges(&mut self) {
         let m = &mut self.metrics;
         let b = &self.scheduler.blocks;
         m.num_requests_running = self.scheduler.running.len() as u64;
@@ -695,6 +695,8 @@ impl LlmEngine {
             m.gpu_memory_allocated_bytes += d.allocated_bytes();
             m.gpu_memory_reserved_bytes += d.static_bytes + d.kv_bytes();
         }
+        let p = self.runner.pipeline_stats();
+        (m.pipelines_compiled_total, m.pipeline_compile_seconds_total) = (p.compiled, p.compile_seconds);
         m.gpu_memory_allocated_peak_bytes = m.gpu_memory_allocated_peak_bytes.max(m.gpu_memory_allocated_bytes);
         m.gpu_memory_reserved_peak_bytes = m.gpu_memory_reserved_peak_bytes.max(m.gpu_memory_reserved_bytes);
     }

@@ -172,6 +172,7 @@ impl LlmEngine {
         if let Some(d) = &mut self.draft {
             steps += d.warm_up(CHUNK_TOKENS)?;
         }
+        self.update_gauges();
         Ok(steps)
     }
 
@@ -193,6 +194,7 @@ impl LlmEngine {
             }
             steps += usize::from(self.warm_step(n, prefill)?.is_some());
         }
+        self.update_gauges();
         Ok(steps)
     }
 
