@@ -21,27 +21,48 @@ fn tiny_config(name: &str) -> EngineConfig {
     }
 }
 
-fn generate(engine: &mut LlmEngine, n: usize) {
+/// A tiny model with a pool of 2048 tokens (more blocks than the warm-up's
+/// 64-token step has tokens) and a context of 1024.
+fn roomy_config(name: &str) -> EngineConfig {
+    EngineConfig {
+        kv_cache_memory: Some(2048 * 512),
+        max_model_len: Some(1024),
+        ..tiny_config(name)
+    }
+}
+
+/// A device of the test's own, without a persisted pipeline cache, so that
+/// other tests' compiles do not count in its store.
+fn private_device() -> GpuContext {
+    GpuContext::new(&GpuOptions {
+        pipeline_cache: PipelineCacheDir::Off,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// Runs `prompt` to `n` greedy tokens (EOS ignored).
+fn run_prompt(engine: &mut LlmEngine, prompt: Vec<u32>, n: usize) {
     let params = SamplingParams {
         max_tokens: Some(n),
         ignore_eos: true,
         ..SamplingParams::greedy()
     };
-    let p = engine.tokenize(&Prompt::Text("hello there".into())).unwrap();
-    engine.add_request(p, params).unwrap();
+    engine.add_request(prompt, params).unwrap();
     while engine.has_unfinished() {
         engine.step().unwrap();
     }
 }
 
+fn generate(engine: &mut LlmEngine, n: usize) {
+    let p = engine.tokenize(&Prompt::Text("hello there".into())).unwrap();
+    run_prompt(engine, p, n);
+}
+
 #[test]
 fn a_second_engine_on_the_device_compiles_nothing() {
     // A device of this test's own, so that other tests' compiles do not count.
-    let ctx = GpuContext::new(&GpuOptions {
-        pipeline_cache: PipelineCacheDir::Off,
-        ..Default::default()
-    })
-    .unwrap();
+    let ctx = private_device();
     let store = pipeline_store(&ctx);
     let cfg = tiny_config("pipelines_shared");
     let mut first = LlmEngine::with_context(&ctx, &cfg).unwrap();
@@ -64,11 +85,7 @@ fn a_second_engine_on_the_device_compiles_nothing() {
 
 #[test]
 fn one_token_prompts_build_only_the_tiles_they_use() {
-    let ctx = GpuContext::new(&GpuOptions {
-        pipeline_cache: PipelineCacheDir::Off,
-        ..Default::default()
-    })
-    .unwrap();
+    let ctx = private_device();
     let mut engine = LlmEngine::with_context(&ctx, &tiny_config("pipelines_lazy")).unwrap();
     generate(&mut engine, 1);
     let after_prefill = pipeline_store(&ctx).stats().compiled;
@@ -86,31 +103,14 @@ fn one_token_prompts_build_only_the_tiles_they_use() {
 /// cap it times fastest.
 #[test]
 fn an_engine_starts_under_the_smallest_row_tile_cap() {
-    let ctx = GpuContext::new(&GpuOptions {
-        pipeline_cache: PipelineCacheDir::Off,
-        ..Default::default()
-    })
-    .unwrap();
-    let cfg = EngineConfig {
-        kv_cache_memory: Some(2048 * 512),
-        max_model_len: Some(1024),
-        ..tiny_config("pipelines_start_cap")
-    };
+    let ctx = private_device();
+    let cfg = roomy_config("pipelines_start_cap");
     let mut engine = LlmEngine::with_context(&ctx, &cfg).unwrap();
     let caps = engine.runner.row_tile_caps();
     let want = caps.last().copied().unwrap_or(u32::MAX);
     assert_eq!(engine.runner.row_tile_cap(), want, "caps {caps:?}");
     // A prompt longer than every tile runs under it.
-    let p: Vec<u32> = (0..40).map(|i| 10 + i).collect();
-    let params = SamplingParams {
-        max_tokens: Some(2),
-        ignore_eos: true,
-        ..SamplingParams::greedy()
-    };
-    engine.add_request(p, params).unwrap();
-    while engine.has_unfinished() {
-        engine.step().unwrap();
-    }
+    run_prompt(&mut engine, (0..40).map(|i| 10 + i).collect(), 2);
     assert_eq!(engine.runner.row_tile_cap(), want);
     if caps.len() > 1 {
         drop(engine);
@@ -132,16 +132,8 @@ fn an_engine_starts_under_the_smallest_row_tile_cap() {
 /// prompts of 1 to 40 tokens compile nothing.
 #[test]
 fn a_primed_engine_compiles_nothing_for_short_prompts() {
-    let ctx = GpuContext::new(&GpuOptions {
-        pipeline_cache: PipelineCacheDir::Off,
-        ..Default::default()
-    })
-    .unwrap();
-    let cfg = EngineConfig {
-        kv_cache_memory: Some(2048 * 512),
-        max_model_len: Some(1024),
-        ..tiny_config("pipelines_primed")
-    };
+    let ctx = private_device();
+    let cfg = roomy_config("pipelines_primed");
     let mut engine = LlmEngine::with_context(&ctx, &cfg).unwrap();
     let store = pipeline_store(&ctx);
     let before = store.stats().compiled;
@@ -236,21 +228,13 @@ fn a_corrupt_or_foreign_cache_file_is_ignored_and_rewritten() {
 
 #[test]
 fn a_warmed_up_engine_compiles_nothing_when_serving() {
-    let ctx = GpuContext::new(&GpuOptions {
-        pipeline_cache: PipelineCacheDir::Off,
-        ..Default::default()
-    })
-    .unwrap();
+    let ctx = private_device();
     let store = pipeline_store(&ctx);
     // A pool of more blocks than the 64-token step has tokens, so that the
     // decode-shaped warm-up steps run as one-token sequences while the
     // chunk-sized one must still be a prefill (its attention tiles a prompt's
     // tokens, a kernel no decode compiles).
-    let cfg = EngineConfig {
-        kv_cache_memory: Some(2048 * 512),
-        max_model_len: Some(1024),
-        ..tiny_config("pipelines_warm")
-    };
+    let cfg = roomy_config("pipelines_warm");
     let mut engine = LlmEngine::with_context(&ctx, &cfg).unwrap();
     assert!(engine.plan.num_blocks >= 64, "{} blocks", engine.plan.num_blocks);
     let before = store.stats().compiled;

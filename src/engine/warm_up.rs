@@ -131,7 +131,7 @@ impl LlmEngine {
     /// pool's last block (`touch_kv_pool`). Does nothing once requests
     /// have been added. Returns the steps run.
     pub fn warm_up(&mut self) -> Result<usize, EngineError> {
-        if self.scheduler.has_unfinished() || self.scheduler.blocks.num_free_blocks() < self.plan.num_blocks {
+        if !self.untouched() {
             return Ok(0);
         }
         // The row tile first, so that the decode-shaped steps build only the
@@ -184,7 +184,7 @@ impl LlmEngine {
     /// `go_on` is asked before each step (false: stop there, a request came).
     /// Does nothing once requests have been added. Returns the steps run.
     pub fn prime(&mut self, mut go_on: impl FnMut() -> bool) -> Result<usize, EngineError> {
-        if self.scheduler.has_unfinished() || self.scheduler.blocks.num_free_blocks() < self.plan.num_blocks {
+        if !self.untouched() {
             return Ok(0);
         }
         let mut steps = 0;
@@ -196,6 +196,12 @@ impl LlmEngine {
         }
         self.update_gauges();
         Ok(steps)
+    }
+
+    /// Whether no request is in the engine and every block of the pool is
+    /// free: only then may throwaway steps write KV rows (`warm_up`, `prime`).
+    fn untouched(&self) -> bool {
+        !self.scheduler.has_unfinished() && self.scheduler.blocks.num_free_blocks() >= self.plan.num_blocks
     }
 
     /// Runs a one-token step in the pool's last block, so that the step binds
