@@ -114,6 +114,14 @@ pub struct SpeculativeConfig {
     pub adaptive: bool,
 }
 
+/// The longest n-gram prompt lookup may match (`prompt_lookup_max`): a
+/// draft costs up to this many passes over the sequence's tokens, on the
+/// engine thread, every step.
+pub const MAX_PROMPT_LOOKUP: usize = 16;
+
+/// The most tokens a sequence may draft a step (`num_speculative_tokens`).
+pub const MAX_SPECULATIVE_TOKENS: usize = 64;
+
 fn yes() -> bool {
     true
 }
@@ -190,10 +198,17 @@ impl SpeculativeConfig {
                 ));
             }
         }
-        if self.num_speculative_tokens == 0 || self.num_speculative_tokens > 64 {
+        if self.num_speculative_tokens == 0 || self.num_speculative_tokens > MAX_SPECULATIVE_TOKENS {
             return Err(format!(
-                "num_speculative_tokens must be 1 to 64, got {}",
+                "num_speculative_tokens must be 1 to {MAX_SPECULATIVE_TOKENS}, got {}",
                 self.num_speculative_tokens
+            ));
+        }
+        if self.prompt_lookup_max > MAX_PROMPT_LOOKUP {
+            return Err(format!(
+                "prompt_lookup_max must be at most {MAX_PROMPT_LOOKUP}, got {} (each draft searches the whole \
+                 context for every n-gram length up to it)",
+                self.prompt_lookup_max
             ));
         }
         if self.prompt_lookup_min == 0 || self.prompt_lookup_min > self.prompt_lookup_max {

@@ -30,7 +30,12 @@ struct AddSeq {
     id: SeqId,
     group: Option<SeqId>,
     prompt: Vec<u32>,
-    params: Box<SamplingParams>,
+    /// Shared by the request's sequences.
+    params: Arc<SamplingParams>,
+    /// Its place among the request's `n` (its seed is the request's plus this).
+    seed_offset: u64,
+    /// Its constraint's matcher, compiled by the caller (never on the engine thread).
+    matcher: Option<Box<crate::sampling::constraint::Matcher>>,
     out: tmpsc::UnboundedSender<Item>,
     /// When the caller asked: the request's TTFT and queue time count from
     /// here, not from when the engine thread took it (after a step or `prime`).
@@ -194,7 +199,7 @@ impl Engine {
 
     /// Token ids of a prompt (chat prompts through the template).
     pub fn tokenize(&self, prompt: &Prompt) -> Result<Vec<u32>, EngineError> {
-        tokenize_prompt(&self.inner.tokenizer, prompt)
+        tokenize_prompt(&self.inner.tokenizer, prompt, self.inner.plan.max_model_len)
     }
 
     /// Starts a request. Errors (bad parameters, prompt too long) come back here.
@@ -225,47 +230,127 @@ impl Engine {
         prompts: Vec<(Prompt, Vec<SamplingParams>)>,
         group: Option<SeqId>,
     ) -> Result<Vec<RequestStream>, EngineError> {
-        let mut seqs = Vec::new();
-        let mut streams = Vec::new();
+        let mut planned = Vec::new();
         for (prompt, params_of) in prompts {
-            let ids = self.tokenize(&prompt)?;
+            let ids = Arc::new(self.tokenize(&prompt)?);
             for params in params_of {
-                validate_request(
-                    &ids,
-                    &params,
-                    self.inner.model_config.vocab,
-                    self.inner.plan.max_model_len,
-                )?;
-                crate::config::RequestSpeculation::resolve(
-                    params.speculative_config.as_ref(),
-                    self.inner.speculative.as_ref(),
-                )
-                .map_err(EngineError::InvalidRequest)?;
-                // A constraint that cannot compile is this call's error, not the stream's.
-                if let Some(c) = &params.constraint {
-                    self.inner
-                        .guide
-                        .matcher(c, self.inner.model_config.vocab)
-                        .map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
-                }
-                let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-                let (out, rx) = tmpsc::unbounded_channel();
-                seqs.push(AddSeq {
-                    id,
-                    group: group.or(seqs.first().map(|s: &AddSeq| s.id)),
-                    prompt: ids.clone(),
-                    params: Box::new(params),
-                    out,
-                    arrival: std::time::Instant::now(),
-                });
-                streams.push(RequestStream {
-                    id,
-                    rx,
-                    engine: self.clone(),
-                    done: false,
-                    prompt_token_ids: ids.clone(),
-                });
+                let params = Arc::new(params);
+                let matcher = self.check(&ids, &params)?;
+                planned.push((ids.clone(), params, 0, matcher));
             }
+        }
+        self.start(planned, group)
+    }
+
+    /// `n` sequences for each prompt, all sharing one `params` (never cloned
+    /// per sequence; the i-th of a prompt's `n` draws with seed + i), as one
+    /// scheduling group: what an API request with `n` choices starts. The
+    /// parameters are checked and a structured-output constraint compiled
+    /// once, here on the caller's thread (keep it off an async runtime:
+    /// tokenizing, the chat template and a grammar can take a while), never
+    /// on the engine thread. Streams come back prompt by prompt, `n` each.
+    pub fn generate_n(
+        &self,
+        prompts: Vec<Prompt>,
+        params: SamplingParams,
+        n: usize,
+    ) -> Result<Vec<RequestStream>, EngineError> {
+        let params = Arc::new(params);
+        let mut planned = Vec::new();
+        let mut first: Option<Option<crate::sampling::constraint::Matcher>> = None;
+        for prompt in prompts {
+            let ids = Arc::new(self.tokenize(&prompt)?);
+            // The checks that depend on the prompt run per prompt; the grammar compiles once.
+            let m = match &first {
+                None => {
+                    let m = self.check(&ids, &params)?;
+                    first = Some(m.as_ref().map(|m| m.deep_clone()));
+                    m
+                }
+                Some(m) => {
+                    validate_request(
+                        &ids,
+                        &params,
+                        self.inner.model_config.vocab,
+                        self.inner.plan.max_model_len,
+                    )?;
+                    m.as_ref().map(|m| m.deep_clone())
+                }
+            };
+            let mut m = m;
+            for i in 0..n as u64 {
+                let mi = if i + 1 == n as u64 {
+                    m.take()
+                } else {
+                    m.as_ref().map(|m| m.deep_clone())
+                };
+                planned.push((ids.clone(), params.clone(), i, mi));
+            }
+        }
+        self.start(planned, None)
+    }
+
+    /// Checks one sequence's request as the engine will (prompt, parameters,
+    /// speculation) and compiles its constraint: this call's error, not the stream's.
+    fn check(
+        &self,
+        ids: &[u32],
+        params: &SamplingParams,
+    ) -> Result<Option<crate::sampling::constraint::Matcher>, EngineError> {
+        validate_request(
+            ids,
+            params,
+            self.inner.model_config.vocab,
+            self.inner.plan.max_model_len,
+        )?;
+        crate::config::RequestSpeculation::resolve(params.speculative_config.as_ref(), self.inner.speculative.as_ref())
+            .map_err(EngineError::InvalidRequest)?;
+        params
+            .constraint
+            .as_ref()
+            .map(|c| {
+                self.inner
+                    .guide
+                    .matcher(c, self.inner.model_config.vocab)
+                    .map_err(|e| EngineError::InvalidRequest(e.to_string()))
+            })
+            .transpose()
+    }
+
+    /// Sends checked sequences to the engine as one group.
+    #[allow(clippy::type_complexity)]
+    fn start(
+        &self,
+        planned: Vec<(
+            Arc<Vec<u32>>,
+            Arc<SamplingParams>,
+            u64,
+            Option<crate::sampling::constraint::Matcher>,
+        )>,
+        group: Option<SeqId>,
+    ) -> Result<Vec<RequestStream>, EngineError> {
+        let mut seqs: Vec<AddSeq> = Vec::with_capacity(planned.len());
+        let mut streams = Vec::with_capacity(planned.len());
+        for (ids, params, seed_offset, matcher) in planned {
+            let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+            let (out, rx) = tmpsc::unbounded_channel();
+            seqs.push(AddSeq {
+                id,
+                group: group.or(seqs.first().map(|s| s.id)),
+                prompt: ids.to_vec(),
+                params,
+                seed_offset,
+                matcher: matcher.map(Box::new),
+                out,
+                arrival: std::time::Instant::now(),
+            });
+            streams.push(RequestStream {
+                id,
+                rx,
+                engine: self.clone(),
+                done: false,
+                prompt_token_ids: ids,
+            });
         }
         self.send(Command::Add(seqs))?;
         Ok(streams)
@@ -387,11 +472,14 @@ fn run_loop(mut core: LlmEngine, rx: mpsc::Receiver<Command>, mut early: Option<
                         group,
                         prompt,
                         params,
+                        seed_offset,
+                        matcher,
                         out,
                         arrival,
                     } in seqs
                     {
-                        match core.add_request_arrived(id, prompt, *params, group.unwrap_or(id), arrival) {
+                        match core.add_sequence(id, prompt, params, seed_offset, group.unwrap_or(id), arrival, matcher)
+                        {
                             Ok(()) => {
                                 streams.insert(id, out);
                             }
@@ -469,7 +557,8 @@ pub struct RequestStream {
     rx: tmpsc::UnboundedReceiver<Item>,
     engine: Engine,
     done: bool,
-    prompt_token_ids: Vec<u32>,
+    /// Shared by the request's `n` sequences of one prompt.
+    prompt_token_ids: Arc<Vec<u32>>,
 }
 
 /// A whole request's result, gathered from its stream.
@@ -504,7 +593,7 @@ impl RequestStream {
     /// Blocks until the request finishes and returns everything it produced.
     pub fn collect_all(mut self) -> Result<CompletedRequest, EngineError> {
         let mut c = CompletedRequest {
-            prompt_token_ids: std::mem::take(&mut self.prompt_token_ids),
+            prompt_token_ids: self.prompt_token_ids.to_vec(),
             ..Default::default()
         };
         for item in self.by_ref() {

@@ -344,7 +344,7 @@ impl LlmEngine {
 
     /// Token ids of a prompt.
     pub fn tokenize(&self, prompt: &Prompt) -> Result<Vec<u32>, EngineError> {
-        tokenize_prompt(&self.tokenizer, prompt)
+        tokenize_prompt(&self.tokenizer, prompt, self.plan.max_model_len)
     }
 
     /// Checks a request against the model and the pool; returns the total-token cap.
@@ -388,9 +388,27 @@ impl LlmEngine {
         &mut self,
         id: SeqId,
         prompt: Vec<u32>,
-        params: SamplingParams,
+        params: impl Into<Arc<SamplingParams>>,
         group: SeqId,
         arrival: Instant,
+    ) -> Result<(), EngineError> {
+        self.add_sequence(id, prompt, params.into(), 0, group, arrival, None)
+    }
+
+    /// As `add_request_arrived`, for the sequence at `seed_offset` of a
+    /// request whose sequences share `params`, with the structured-output
+    /// matcher compiled off the engine thread (`matcher`; `None`: compiled
+    /// here from `params.constraint`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn add_sequence(
+        &mut self,
+        id: SeqId,
+        prompt: Vec<u32>,
+        params: Arc<SamplingParams>,
+        seed_offset: u64,
+        group: SeqId,
+        arrival: Instant,
+        matcher: Option<Box<crate::sampling::constraint::Matcher>>,
     ) -> Result<(), EngineError> {
         let max_total = self.validate(&prompt, &params)?;
         if self.scheduler.seqs.contains_key(&id) {
@@ -399,18 +417,19 @@ impl LlmEngine {
             )));
         }
         self.next_id = self.next_id.max(id + 1);
-        let matcher = match &params.constraint {
-            Some(c) => Some(Box::new(
+        let matcher = match (&params.constraint, matcher) {
+            (_, Some(m)) => Some(m),
+            (Some(c), None) => Some(Box::new(
                 self.guide
                     .matcher(c, self.model_config.vocab)
                     .map_err(|e| EngineError::InvalidRequest(e.to_string()))?,
             )),
-            None => None,
+            (None, None) => None,
         };
         let spec_cfg =
             crate::config::RequestSpeculation::resolve(params.speculative_config.as_ref(), self.speculative.as_ref())
                 .map_err(EngineError::InvalidRequest)?;
-        let mut seq = Sequence::new(id, prompt, params, max_total);
+        let mut seq = Sequence::seeded(id, prompt, params, seed_offset, max_total);
         seq.spec_cfg = spec_cfg.filter(|_| seq.params.speculates() && seq.pooler.is_none());
         seq.group = group;
         seq.matcher = matcher;

@@ -45,7 +45,7 @@ pub(super) fn postprocess_token(
     let stop_token = (!p.ignore_eos && tokenizer.eos_ids.contains(&tok)) || p.stop_token_ids.contains(&tok);
     // A stop token's text is never shown (so never decoded); any other token's
     // text may complete a stop string.
-    if stop_token || seq.stop.push(&seq.detok.step(tokenizer, &seq.token_ids)) || constraint_done {
+    if stop_token || seq.stop.push(&p.stop, &seq.detok.step(tokenizer, &seq.token_ids)) || constraint_done {
         finish = Some(FinishReason::Stop);
     }
     let n_out = seq.num_tokens() - seq.prompt_len;

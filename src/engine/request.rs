@@ -17,11 +17,24 @@ pub enum Prompt {
     Tokens(Vec<u32>),
 }
 
-/// Token ids of a prompt: text with special tokens parsed, chat messages through the template.
-pub fn tokenize_prompt(tokenizer: &Tokenizer, prompt: &Prompt) -> Result<Vec<u32>, EngineError> {
+/// Token ids of a prompt: text with special tokens parsed, chat messages
+/// through the template. A text (or rendered chat) too long to fit
+/// `max_model_len` tokens whatever its tokens (`Tokenizer::max_prompt_bytes`)
+/// is refused before it is tokenized; the template runs on a fuel budget
+/// and an output cap of the same size.
+pub fn tokenize_prompt(tokenizer: &Tokenizer, prompt: &Prompt, max_model_len: usize) -> Result<Vec<u32>, EngineError> {
+    let cap = tokenizer.max_prompt_bytes(max_model_len);
     Ok(match prompt {
-        Prompt::Text(t) => tokenizer.encode(t)?,
-        Prompt::Chat(m) => tokenizer.encode_rendered(&tokenizer.apply_chat_template(m)?)?,
+        Prompt::Text(t) => {
+            tokenizer.check_prompt_bytes(t.len(), max_model_len)?;
+            tokenizer.encode(t)?
+        }
+        Prompt::Chat(m) => {
+            let given: usize = m.iter().map(|m| m.content.len() + m.role.len()).sum();
+            tokenizer.check_prompt_bytes(given, max_model_len)?;
+            let text = tokenizer.apply_chat_template_capped(m, None, cap)?;
+            tokenizer.encode_rendered(&text)?
+        }
         Prompt::Tokens(t) => t.clone(),
     })
 }

@@ -1,6 +1,7 @@
 //! A request as the engine tracks it: its tokens, how many are in the KV cache
 //! (`num_computed_tokens`), its block table, sampling state and timings.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use rand::rngs::StdRng;
@@ -65,7 +66,8 @@ pub struct Sequence {
     /// Prompt tokens found in the prefix cache at the last admission.
     pub num_cached_tokens: usize,
     pub block_table: BlockTable,
-    pub params: SamplingParams,
+    /// Shared by the request's sequences (never cloned per sequence).
+    pub params: Arc<SamplingParams>,
     /// Generation stops when the sequence reaches this many tokens.
     pub max_total_tokens: usize,
     pub status: SeqStatus,
@@ -168,7 +170,20 @@ impl SpecState {
 }
 
 impl Sequence {
-    pub fn new(id: SeqId, prompt: Vec<u32>, params: SamplingParams, max_total_tokens: usize) -> Self {
+    pub fn new(id: SeqId, prompt: Vec<u32>, params: impl Into<Arc<SamplingParams>>, max_total_tokens: usize) -> Self {
+        Self::seeded(id, prompt, params.into(), 0, max_total_tokens)
+    }
+
+    /// As `new`, its random generator seeded with the request's seed plus
+    /// `seed_offset` (the i-th of a request's `n` sequences, which share one
+    /// `SamplingParams`).
+    pub fn seeded(
+        id: SeqId,
+        prompt: Vec<u32>,
+        params: Arc<SamplingParams>,
+        seed_offset: u64,
+        max_total_tokens: usize,
+    ) -> Self {
         let prompt_len = prompt.len();
         let pooler = params.embed.map(|e| Box::new(super::embedding::Pooler::new(e)));
         Self {
@@ -179,8 +194,8 @@ impl Sequence {
             num_computed_tokens: 0,
             num_cached_tokens: 0,
             block_table: BlockTable::default(),
-            rng: params.rng(),
-            stop: super::StopChecker::new(params.stop.clone()),
+            rng: params.rng_at(seed_offset),
+            stop: super::StopChecker::new(&params.stop),
             params,
             max_total_tokens,
             status: SeqStatus::Waiting,

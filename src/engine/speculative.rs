@@ -244,10 +244,9 @@ fn roll_back(seq: &mut Sequence, j: usize, max_k: usize) {
 /// (none: empty).
 pub fn ngram_draft(tokens: &[u32], min_n: usize, max_n: usize, k: usize) -> Vec<u32> {
     let len = tokens.len();
-    for n in (min_n.max(1)..=max_n).rev() {
-        if n >= len {
-            continue;
-        }
+    // (n < len: a tail n-gram needs an earlier start; the bound keeps the
+    // loop to real lengths whatever max_n a caller passes.)
+    for n in (min_n.max(1)..=max_n.min(len.saturating_sub(1))).rev() {
         let tail = &tokens[len - n..];
         // The latest start i < len - n whose n tokens equal the tail.
         if let Some(i) = (0..len - n).rev().find(|&i| &tokens[i..i + n] == tail) {
@@ -384,9 +383,29 @@ mod tests {
             r#"{"num_speculative_tokens": 0}"#,
             r#"{"num_speculative_tokens": 3, "prompt_lookup_min": 5}"#,
             r#"{"num_speculative_tokens": 3, "draft": 1}"#,
+            r#"{"num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 18446744073709551615}"#,
+            r#"{"num_speculative_tokens": 3, "prompt_lookup_max": 17}"#,
+            r#"{"num_speculative_tokens": 65}"#,
             "not json",
         ] {
             assert!(SpeculativeConfig::parse(bad).is_err(), "{bad}");
         }
+        // A request's own settings are held to the same bounds.
+        let r = crate::config::RequestSpeculation {
+            prompt_lookup_min: Some(1),
+            prompt_lookup_max: Some(usize::MAX),
+            ..Default::default()
+        };
+        let e = crate::config::RequestSpeculation::resolve(Some(&r), None).unwrap_err();
+        assert!(e.contains("prompt_lookup_max must be at most 16"), "{e}");
+    }
+
+    /// A lookup bound far past the sequence's length costs no more than one
+    /// within it (it once looped to `usize::MAX` on the engine thread).
+    #[test]
+    fn a_huge_lookup_bound_stops_at_the_sequence_length() {
+        let t: Vec<u32> = (0..50).map(|i| i % 7).collect();
+        assert_eq!(ngram_draft(&t, 1, usize::MAX, 3), ngram_draft(&t, 1, 49, 3));
+        assert!(ngram_draft(&[1], 1, usize::MAX, 3).is_empty());
     }
 }

@@ -4,10 +4,11 @@
 //! half a character nor the start of what could still become a stop string.
 //! Token-level stops (EOS, stop token ids, max_tokens) are the engine's.
 
-/// The decoded output of one request and its stop strings.
+/// The decoded output of one request. Its stop strings stay in the
+/// request's `SamplingParams` (shared by the request's sequences) and are
+/// passed to `push`.
 #[derive(Clone, Debug, Default)]
 pub struct StopChecker {
-    stop: Vec<String>,
     /// Bytes of the longest stop string.
     longest: usize,
     /// Output text so far (cut before a stop string once one is found).
@@ -18,10 +19,9 @@ pub struct StopChecker {
 
 impl StopChecker {
     /// `stop`: non-empty stop strings (`SamplingParams::validate` refuses empty ones).
-    pub fn new(stop: Vec<String>) -> Self {
+    pub fn new(stop: &[String]) -> Self {
         let longest = stop.iter().map(String::len).max().unwrap_or(0);
         Self {
-            stop,
             longest,
             ..Self::default()
         }
@@ -32,9 +32,10 @@ impl StopChecker {
         &self.text
     }
 
-    /// Appends newly decoded text; true when a stop string now appears, in
-    /// which case the text is cut where the earliest one starts.
-    pub fn push(&mut self, delta: &str) -> bool {
+    /// Appends newly decoded text; true when one of `stop` (the strings
+    /// `new` was given) now appears, in which case the text is cut where the
+    /// earliest one starts.
+    pub fn push(&mut self, stop: &[String], delta: &str) -> bool {
         let old = self.text.len();
         self.text.push_str(delta);
         if self.longest == 0 {
@@ -45,11 +46,7 @@ impl StopChecker {
         while !self.text.is_char_boundary(from) {
             from -= 1;
         }
-        let hit = self
-            .stop
-            .iter()
-            .filter_map(|s| self.text[from..].find(s.as_str()))
-            .min();
+        let hit = stop.iter().filter_map(|s| self.text[from..].find(s.as_str())).min();
         if let Some(pos) = hit {
             self.text.truncate(from + pos);
             self.emitted = self.emitted.min(self.text.len());
@@ -79,10 +76,11 @@ mod tests {
     use super::*;
 
     fn run(stop: &[&str], deltas: &[&str]) -> (Vec<String>, bool, String) {
-        let mut c = StopChecker::new(stop.iter().map(|s| s.to_string()).collect());
+        let stop: Vec<String> = stop.iter().map(|s| s.to_string()).collect();
+        let mut c = StopChecker::new(&stop);
         let mut out = Vec::new();
         for d in deltas {
-            let hit = c.push(d);
+            let hit = c.push(&stop, d);
             out.push(c.take_delta(hit));
             if hit {
                 return (out, true, c.text().to_string());

@@ -7,8 +7,9 @@
 
 use std::sync::{Arc, OnceLock};
 
+pub use llguidance::Matcher;
+use llguidance::ParserFactory;
 use llguidance::api::TopLevelGrammar;
-use llguidance::{Matcher, ParserFactory};
 use toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 
 use crate::tokenizer::Tokenizer;

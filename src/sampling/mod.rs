@@ -10,10 +10,18 @@ pub mod rejection;
 
 pub use params::{DEFAULT_MAX_TOKENS, SamplingOverrides, SamplingParams};
 
-/// A parameter out of range.
+/// A parameter out of range: the field (as a request body names it) and what was wrong.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid sampling parameter: {0}")]
-pub struct InvalidParams(pub String);
+#[error("invalid sampling parameter: {1}")]
+pub struct InvalidParams(pub &'static str, pub String);
+
+/// Most stop strings a request may give (`stop`): each generated token is
+/// searched for every one of them, on the engine thread.
+pub const MAX_STOP_STRINGS: usize = 64;
+/// Longest stop string, in bytes.
+pub const MAX_STOP_STRING_BYTES: usize = 1024;
+/// Most stop token ids a request may give (`stop_token_ids`).
+pub const MAX_STOP_TOKEN_IDS: usize = 1024;
 
 impl SamplingParams {
     pub fn greedy() -> Self {
@@ -24,38 +32,65 @@ impl SamplingParams {
     }
 
     pub fn validate(&self) -> Result<(), InvalidParams> {
-        let bad = |m: String| Err(InvalidParams(m));
+        let bad = |field: &'static str, m: String| Err(InvalidParams(field, m));
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
-            return bad(format!("temperature must be >= 0, got {}", self.temperature));
+            return bad(
+                "temperature",
+                format!("temperature must be >= 0, got {}", self.temperature),
+            );
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return bad(format!("top_p must be in (0, 1], got {}", self.top_p));
+            return bad("top_p", format!("top_p must be in (0, 1], got {}", self.top_p));
         }
         if !(0.0..=1.0).contains(&self.min_p) {
-            return bad(format!("min_p must be in [0, 1], got {}", self.min_p));
+            return bad("min_p", format!("min_p must be in [0, 1], got {}", self.min_p));
         }
         if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
-            return bad(format!(
-                "repetition_penalty must be > 0, got {}",
-                self.repetition_penalty
-            ));
+            return bad(
+                "repetition_penalty",
+                format!("repetition_penalty must be > 0, got {}", self.repetition_penalty),
+            );
         }
         for (n, v) in [
             ("presence_penalty", self.presence_penalty),
             ("frequency_penalty", self.frequency_penalty),
         ] {
             if !(-2.0..=2.0).contains(&v) {
-                return bad(format!("{n} must be in [-2, 2], got {v}"));
+                return bad(n, format!("{n} must be in [-2, 2], got {v}"));
             }
         }
         if self.max_tokens == Some(0) {
-            return bad("max_tokens must be at least 1".into());
+            return bad("max_tokens", "max_tokens must be at least 1".into());
         }
         if self.logprobs.is_some_and(|n| n > 20) {
-            return bad("logprobs must be at most 20".into());
+            return bad("logprobs", "logprobs must be at most 20".into());
         }
         if self.stop.iter().any(|s| s.is_empty()) {
-            return bad("stop strings must not be empty".into());
+            return bad("stop", "stop strings must not be empty".into());
+        }
+        if self.stop.len() > MAX_STOP_STRINGS {
+            return bad(
+                "stop",
+                format!("stop takes at most {MAX_STOP_STRINGS} strings, got {}", self.stop.len()),
+            );
+        }
+        if let Some(s) = self.stop.iter().find(|s| s.len() > MAX_STOP_STRING_BYTES) {
+            return bad(
+                "stop",
+                format!(
+                    "a stop string may be at most {MAX_STOP_STRING_BYTES} bytes, got one of {}",
+                    s.len()
+                ),
+            );
+        }
+        if self.stop_token_ids.len() > MAX_STOP_TOKEN_IDS {
+            return bad(
+                "stop_token_ids",
+                format!(
+                    "stop_token_ids takes at most {MAX_STOP_TOKEN_IDS} ids, got {}",
+                    self.stop_token_ids.len()
+                ),
+            );
         }
         Ok(())
     }
@@ -86,8 +121,14 @@ impl SamplingParams {
 
     /// The request's random generator.
     pub fn rng(&self) -> StdRng {
+        self.rng_at(0)
+    }
+
+    /// The random generator of the `i`-th sequence of a request of `n`: its
+    /// seed plus `i` (vLLM's and wllm's way of giving `n` choices their own draws).
+    pub fn rng_at(&self, i: u64) -> StdRng {
         match self.seed {
-            Some(s) => StdRng::seed_from_u64(s),
+            Some(s) => StdRng::seed_from_u64(s.wrapping_add(i)),
             None => StdRng::from_rng(&mut rand::rng()),
         }
     }

@@ -43,7 +43,8 @@ fn sampling(c: &CommonParams, max_tokens: Option<usize>, logprobs: Option<usize>
     let mut p = c.sampling.apply(SamplingParams::default());
     p.max_tokens = max_tokens;
     p.logprobs = logprobs;
-    p.validate().map_err(|e| ApiError::bad_request(e.to_string(), None))?;
+    p.validate()
+        .map_err(|e| ApiError::bad_request(e.to_string(), Some(e.0)))?;
     Ok(p)
 }
 
@@ -60,17 +61,24 @@ fn n_of(c: &CommonParams) -> Result<usize, ApiError> {
 
 /// Starts `n` streams per prompt; choice index = prompt * n + i. They form
 /// one scheduling group (the first one's id), admitted in turn with others,
-/// and reach the engine together.
-fn start(s: &AppState, prompts: Vec<Prompt>, p: &SamplingParams, n: usize) -> Result<Vec<RequestStream>, ApiError> {
-    let seeded: Vec<SamplingParams> = (0..n)
-        .map(|i| {
-            let mut pi = p.clone();
-            pi.seed = p.seed.map(|seed| seed.wrapping_add(i as u64));
-            pi
-        })
-        .collect();
-    let items = prompts.into_iter().map(|prompt| (prompt, seeded.clone())).collect();
-    Ok(s.engine.generate_group(items, None)?)
+/// and reach the engine together, sharing one `SamplingParams` (the i-th
+/// draws with seed + i). Tokenizing, the chat template and the grammar run
+/// on the blocking pool, never on the async runtime's workers.
+async fn start(
+    s: &AppState,
+    prompts: Vec<Prompt>,
+    p: SamplingParams,
+    n: usize,
+) -> Result<Vec<RequestStream>, ApiError> {
+    let engine = s.engine.clone();
+    Ok(blocking(move || engine.generate_n(prompts, p, n)).await??)
+}
+
+/// Runs `f` on tokio's blocking pool (CPU-bound work a request brings).
+pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("a request's preparation failed: {e}")))
 }
 
 fn now_secs() -> u64 {
@@ -109,7 +117,7 @@ pub async fn completions(State(s): State<Arc<AppState>>, headers: HeaderMap, bod
     p.constraint = constraint;
     let n = n_of(&req.common)?;
     let guard = InFlight::enter(&s, prompts.len().saturating_mul(n))?;
-    let streams = start(&s, prompts, &p, n)?;
+    let streams = start(&s, prompts, p, n).await?;
     respond(
         s,
         guard,
@@ -206,17 +214,24 @@ pub async fn chat_completions(
                 p.constraint = Some(c);
             }
             // A rendered chat template: no second BOS where it wrote one (as Prompt::Chat).
-            let tok = s.engine.tokenizer();
-            let ids = tok
-                .encode_rendered(&tp.render(tok, &messages)?)
-                .map_err(|e| ApiError::bad_request(e.to_string(), Some("messages")))?;
+            let tok = s.engine.tokenizer().clone();
+            let max_model_len = s.engine.kv_plan().max_model_len;
+            let plan = tp.clone();
+            let ids = blocking(move || {
+                let given: usize = messages.iter().map(|m| m.content.len() + m.role.len()).sum();
+                let bad = |e: crate::tokenizer::TokenizerError| ApiError::bad_request(e.to_string(), Some("messages"));
+                tok.check_prompt_bytes(given, max_model_len).map_err(bad)?;
+                let text = plan.render(&tok, &messages, tok.max_prompt_bytes(max_model_len))?;
+                tok.encode_rendered(&text).map_err(bad)
+            })
+            .await??;
             Prompt::Tokens(ids)
         }
         None => Prompt::Chat(messages),
     };
     let n = n_of(&req.common)?;
     let guard = InFlight::enter(&s, n)?;
-    let streams = start(&s, vec![prompt], &p, n)?;
+    let streams = start(&s, vec![prompt], p, n).await?;
     match tools {
         Some(tp) if !req.common.stream.unwrap_or(false) => respond_tools(s, guard, streams, &req.common, tp).await,
         tools => respond(s, guard, Api::Chat, streams, &req.common, want_logprobs, tools).await,

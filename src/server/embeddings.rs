@@ -43,6 +43,10 @@ struct EmbeddingRequest {
     user: Option<String>,
 }
 
+/// The most inputs one embeddings request may give (OpenAI's limit); each
+/// is held to the model's context (and its text to `Tokenizer::max_prompt_bytes`).
+pub const MAX_EMBEDDING_INPUTS: usize = 2048;
+
 /// Standard base64 (RFC 4648, padded) of `bytes`.
 fn base64(bytes: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -98,8 +102,15 @@ pub async fn embeddings(State(s): State<Arc<AppState>>, headers: HeaderMap, body
         pooling: req.pooling.unwrap_or_else(|| s.engine.default_pooling()),
         normalize: req.normalize.unwrap_or(true),
     };
+    if inputs.len() > MAX_EMBEDDING_INPUTS {
+        return Err(ApiError::bad_request(
+            format!("input takes at most {MAX_EMBEDDING_INPUTS} items, got {}", inputs.len()),
+            Some("input"),
+        ));
+    }
     let _guard = InFlight::enter(&s, inputs.len())?;
-    let streams = s.engine.embed(inputs, spec)?;
+    let engine = s.engine.clone();
+    let streams = super::completions::blocking(move || engine.embed(inputs, spec)).await??;
     let mut data = Vec::with_capacity(streams.len());
     let mut tokens = 0;
     for (i, mut st) in streams.into_iter().enumerate() {

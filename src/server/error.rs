@@ -53,9 +53,10 @@ impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> Self {
         match e {
             EngineError::PromptTooLong { .. } => Self::bad_request(e.to_string(), Some("prompt")),
-            EngineError::Params(_) | EngineError::InvalidRequest(_) | EngineError::Tokenizer(_) => {
-                Self::bad_request(e.to_string(), None)
+            EngineError::Params(crate::sampling::InvalidParams(field, _)) => {
+                Self::bad_request(e.to_string(), Some(field))
             }
+            EngineError::InvalidRequest(_) | EngineError::Tokenizer(_) => Self::bad_request(e.to_string(), None),
             EngineError::Stopped => Self::overloaded(e.to_string()),
             other => Self::internal(other.to_string()),
         }

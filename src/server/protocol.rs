@@ -39,45 +39,79 @@ pub struct CommonParams {
     pub keep_alive: Option<std::time::Duration>,
 }
 
-/// Ollama's `keep_alive`: a number of seconds or a duration string; negative: forever.
+/// The longest `keep_alive` a request may give (a negative one means "never unload").
+pub const MAX_KEEP_ALIVE_SECS: f64 = 366.0 * 24.0 * 3600.0;
+
+/// Ollama's `keep_alive`: a number of seconds or a duration string (Go's
+/// form: "90", "30s", "5m", "1h30m", "250ms"); negative: forever. At most
+/// a year (`MAX_KEEP_ALIVE_SECS`); anything else is refused with what to give.
 pub fn keep_alive<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<std::time::Duration>, D::Error> {
     use serde::de::Error;
     let secs = match Option::<Value>::deserialize(d)? {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Number(n)) => n.as_f64().ok_or_else(|| D::Error::custom("keep_alive: not a number"))?,
-        Some(Value::String(s)) => {
-            let t = s.trim();
-            let (num, unit) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
-                Some((i, _)) => (&t[..i], &t[i..]),
-                None => (t, "s"),
-            };
-            let mult = match unit {
-                "ms" => 0.001,
-                "s" => 1.0,
-                "m" => 60.0,
-                "h" => 3600.0,
-                _ => {
-                    return Err(D::Error::custom(format!(
-                        "keep_alive {s:?}: use seconds, or a number with s, m or h"
-                    )));
-                }
-            };
-            num.trim()
-                .parse::<f64>()
-                .map_err(|_| D::Error::custom(format!("keep_alive {s:?} is not a duration")))?
-                * mult
-        }
+        Some(Value::String(s)) => parse_duration(&s).map_err(D::Error::custom)?,
         Some(v) => {
             return Err(D::Error::custom(format!(
                 "keep_alive must be a number or a string, got {v}"
             )));
         }
     };
-    Ok(Some(if secs < 0.0 {
-        std::time::Duration::MAX
-    } else {
-        std::time::Duration::from_secs_f64(secs)
-    }))
+    keep_alive_of(secs).map(Some).map_err(D::Error::custom)
+}
+
+/// A `keep_alive` of `secs` seconds, checked.
+pub fn keep_alive_of(secs: f64) -> Result<std::time::Duration, String> {
+    if secs.is_nan() {
+        return Err("keep_alive is not a number".into());
+    }
+    if secs < 0.0 {
+        return Ok(std::time::Duration::MAX);
+    }
+    if secs > MAX_KEEP_ALIVE_SECS {
+        return Err(format!(
+            "keep_alive may be at most {MAX_KEEP_ALIVE_SECS} seconds (a year), got {secs}; a negative value keeps \
+             the model loaded for ever"
+        ));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
+/// Seconds of a Go-style duration string ("1h30m", "-1", "2.5s"; a bare number is seconds).
+pub fn parse_duration(s: &str) -> Result<f64, String> {
+    let bad = || format!("keep_alive {s:?} is not a duration: use seconds, or numbers with ms, s, m or h (1h30m)");
+    let t = s.trim();
+    let (sign, rest) = match t.strip_prefix('-') {
+        Some(r) => (-1.0, r),
+        None => (1.0, t.strip_prefix('+').unwrap_or(t)),
+    };
+    if rest.is_empty() || rest.len() > 64 {
+        return Err(bad());
+    }
+    if let Ok(v) = rest.parse::<f64>() {
+        return if v.is_finite() { Ok(sign * v) } else { Err(bad()) };
+    }
+    let mut total = 0.0;
+    let mut r = rest;
+    while !r.is_empty() {
+        let num_end = r.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(bad)?;
+        let unit_end = r[num_end..]
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .map_or(r.len(), |i| num_end + i);
+        let v: f64 = r[..num_end].parse().map_err(|_| bad())?;
+        let mult = match &r[num_end..unit_end] {
+            "ns" => 1e-9,
+            "us" | "\u{b5}s" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        total += v * mult;
+        r = &r[unit_end..];
+    }
+    Ok(sign * total)
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -142,4 +176,43 @@ pub struct ErrorObject {
     pub kind: String,
     pub param: Option<String>,
     pub code: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keep_alive_takes_ollamas_durations_and_refuses_the_rest() {
+        let ka = |v: Value| -> Result<Option<std::time::Duration>, String> {
+            keep_alive(v).map_err(|e: serde_json::Error| e.to_string())
+        };
+        let secs = |v: Value| ka(v).unwrap().unwrap().as_secs_f64();
+        assert_eq!(secs(json_num(90.0)), 90.0);
+        assert_eq!(secs(Value::from("5m")), 300.0);
+        assert_eq!(secs(Value::from("1h30m")), 5400.0);
+        assert_eq!(secs(Value::from("250ms")), 0.25);
+        assert_eq!(secs(Value::from("0")), 0.0);
+        assert_eq!(ka(Value::from(-1)).unwrap(), Some(std::time::Duration::MAX));
+        assert_eq!(ka(Value::from("-1m")).unwrap(), Some(std::time::Duration::MAX));
+        assert_eq!(ka(Value::Null).unwrap(), None);
+        // Once a panic in Duration::from_secs_f64 (row 4 of the hostile-input review).
+        for bad in [
+            json_num(1e20),
+            Value::from("1e20"),
+            Value::from("inf"),
+            Value::from("nan"),
+            Value::from("5x"),
+            Value::from(""),
+            Value::from("h"),
+            Value::from("9999999h"),
+            Value::from(vec![1]),
+        ] {
+            assert!(ka(bad.clone()).is_err(), "{bad}");
+        }
+    }
+
+    fn json_num(v: f64) -> Value {
+        serde_json::Number::from_f64(v).map(Value::Number).unwrap()
+    }
 }

@@ -8,6 +8,21 @@ use serde_json::Value;
 use super::error::ApiError;
 use crate::sampling::constraint::Constraint;
 
+/// The largest constraint a request may give (a schema as JSON, a regex, a
+/// grammar, the choices together), in bytes: it is compiled into a parser
+/// before the request starts.
+pub const MAX_CONSTRAINT_BYTES: usize = 64 << 10;
+
+/// A constraint's size as the request spelled it.
+pub fn constraint_bytes(c: &Constraint) -> usize {
+    match c {
+        Constraint::JsonSchema(v) => v.to_string().len(),
+        Constraint::JsonObject => 0,
+        Constraint::Regex(r) | Constraint::Grammar(r) => r.len(),
+        Constraint::Choice(v) => v.iter().map(|s| s.len() + 1).sum(),
+    }
+}
+
 fn bad(msg: impl Into<String>, param: &str) -> ApiError {
     ApiError::bad_request(msg, Some(param))
 }
@@ -71,6 +86,15 @@ pub fn constraint_of(body: &Value) -> Result<Option<Constraint>, ApiError> {
             _ => Constraint::Grammar(v.as_str().ok_or_else(|| bad("grammar must be a string", param))?.into()),
         };
         found.push((format!("{param}.{kind}"), c));
+    }
+    if let Some((name, c)) = found.iter().find(|(_, c)| constraint_bytes(c) > MAX_CONSTRAINT_BYTES) {
+        return Err(bad(
+            format!(
+                "{name} is {} bytes; a structured-output constraint may be at most {MAX_CONSTRAINT_BYTES} bytes",
+                constraint_bytes(c)
+            ),
+            name.split('.').next().unwrap_or(name),
+        ));
     }
     if found.len() > 1 {
         let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();

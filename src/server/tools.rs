@@ -36,6 +36,9 @@ pub struct ToolPlan {
     pub choice: ToolChoice,
 }
 
+/// The most functions a request's `tools` may list.
+pub const MAX_TOOLS: usize = 128;
+
 fn bad(msg: impl Into<String>, param: &str) -> ApiError {
     ApiError::bad_request(msg, Some(param))
 }
@@ -59,6 +62,26 @@ pub fn plan(body: &Value) -> Result<Option<ToolPlan>, ApiError> {
         Value::Array(a) => a,
         _ => return Err(bad("tools must be a list", "tools")),
     };
+    if tools.len() > MAX_TOOLS {
+        return Err(bad(
+            format!("tools takes at most {MAX_TOOLS} functions, got {}", tools.len()),
+            "tools",
+        ));
+    }
+    let schema_bytes: usize = tools
+        .iter()
+        .map(|t| t["function"]["parameters"].to_string().len())
+        .sum();
+    if schema_bytes > super::structured::MAX_CONSTRAINT_BYTES {
+        return Err(bad(
+            format!(
+                "the tools' parameter schemas are {schema_bytes} bytes together; at most {} (they become one \
+                 grammar)",
+                super::structured::MAX_CONSTRAINT_BYTES
+            ),
+            "tools",
+        ));
+    }
     let mut out = Vec::new();
     for t in tools {
         if t["type"] != "function" {
@@ -148,12 +171,13 @@ impl ToolPlan {
     }
 
     /// The prompt text: the model's template with `tools` when it uses them,
-    /// else the fallback system message before the conversation.
-    pub fn render(&self, tok: &Tokenizer, messages: &[ChatMessage]) -> Result<String, ApiError> {
+    /// else the fallback system message before the conversation; refused
+    /// past `max_bytes` (`Tokenizer::max_prompt_bytes`) or the template's fuel.
+    pub fn render(&self, tok: &Tokenizer, messages: &[ChatMessage], max_bytes: usize) -> Result<String, ApiError> {
         let err = |e: crate::tokenizer::TokenizerError| ApiError::bad_request(e.to_string(), Some("messages"));
         if tok.chat_template.as_deref().is_some_and(|t| t.contains("tools")) {
             return tok
-                .apply_chat_template_with_tools(messages, Some(&self.openai_tools()))
+                .apply_chat_template_capped(messages, Some(&self.openai_tools()), max_bytes)
                 .map_err(err);
         }
         let mut sys = String::from(
@@ -170,7 +194,7 @@ impl ToolPlan {
         }
         let mut all = vec![ChatMessage::new("system", sys.trim_end())];
         all.extend(messages.iter().cloned());
-        tok.apply_chat_template(&all).map_err(err)
+        tok.apply_chat_template_capped(&all, None, max_bytes).map_err(err)
     }
 
     /// The reply as OpenAI tool calls, when it is one.

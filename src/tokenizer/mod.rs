@@ -30,6 +30,23 @@ pub enum TokenizerError {
     Template(String),
     #[error("this model has no chat template; run without --chat or use a model that has one")]
     NoTemplate,
+    #[error(
+        "chat template: the render ran past its budget of {TEMPLATE_FUEL} instructions (the model's template \
+         loops too long for these messages); shorten the conversation or fix the template"
+    )]
+    TemplateOutOfFuel,
+    #[error("chat template: the rendered prompt passed {0} bytes, more than the model's context can hold")]
+    TemplateTooLarge(usize),
+    #[error(
+        "the prompt is {bytes} bytes, more than the {cap} bytes that can fit the model's context \
+         (max model len {max_model_len} tokens x {longest} bytes, the longest token, x 4): shorten it"
+    )]
+    PromptTooLarge {
+        bytes: usize,
+        cap: usize,
+        max_model_len: usize,
+        longest: usize,
+    },
 }
 
 /// One chat message.
@@ -72,6 +89,8 @@ pub struct Tokenizer {
     pub chat_template: Option<String>,
     bos_token: String,
     eos_token: String,
+    /// Bytes of the longest token's text (`longest_token_bytes`), found on first use.
+    longest: std::sync::OnceLock<usize>,
 }
 
 /// Llama 3's pre-tokenizer split (llama.cpp's "llama-bpe").
@@ -174,6 +193,7 @@ impl Tokenizer {
             chat_template: s("tokenizer.chat_template"),
             bos_token: name(bos_id),
             eos_token: name(eos_id),
+            longest: Default::default(),
         })
     }
 
@@ -216,6 +236,7 @@ impl Tokenizer {
             bos_token,
             eos_token,
             inner: Inner::Hf(Box::new(inner)),
+            longest: Default::default(),
         })
     }
 
@@ -240,6 +261,7 @@ impl Tokenizer {
         }
         let name = |id: Option<u32>| id.and_then(|i| vocab.token(i)).unwrap_or_default().to_string();
         Ok(Self {
+            longest: Default::default(),
             bos_token: name(bos_id),
             eos_token: name(eos_id),
             add_bos: g
@@ -286,6 +308,43 @@ impl Tokenizer {
             Inner::Hf(t) => t.decode(ids, false).unwrap_or_default(),
             Inner::Spm(v) => v.decode(ids),
         }
+    }
+
+    /// Bytes of the longest token as the vocabulary spells it (at least 1):
+    /// no token stands for more text than this, so a text of B bytes has at
+    /// least B / this many tokens (a normaliser that lengthens text aside).
+    pub fn longest_token_bytes(&self) -> usize {
+        *self.longest.get_or_init(|| {
+            (0..self.vocab_size() as u32)
+                .filter_map(|id| self.id_to_token(id).map(|t| t.len()))
+                .max()
+                .unwrap_or(1)
+                .max(1)
+        })
+    }
+
+    /// The most bytes of prompt text worth tokenizing for a context of
+    /// `max_model_len` tokens: 4 × `max_model_len` × the longest token
+    /// (the 4 leaves room for normalisers that lengthen text, NFKC's
+    /// ligatures say); anything longer cannot fit and is refused unread.
+    pub fn max_prompt_bytes(&self, max_model_len: usize) -> usize {
+        max_model_len
+            .saturating_mul(self.longest_token_bytes())
+            .saturating_mul(4)
+    }
+
+    /// `Err` where a prompt text of `bytes` is over `max_prompt_bytes`.
+    pub fn check_prompt_bytes(&self, bytes: usize, max_model_len: usize) -> Result<(), TokenizerError> {
+        let cap = self.max_prompt_bytes(max_model_len);
+        if bytes > cap {
+            return Err(TokenizerError::PromptTooLarge {
+                bytes,
+                cap,
+                max_model_len,
+                longest: self.longest_token_bytes(),
+            });
+        }
+        Ok(())
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -391,6 +450,17 @@ impl Tokenizer {
         messages: &[ChatMessage],
         tools: Option<&serde_json::Value>,
     ) -> Result<String, TokenizerError> {
+        self.apply_chat_template_capped(messages, tools, usize::MAX)
+    }
+
+    /// As `apply_chat_template_with_tools`, refusing a render that runs out
+    /// of fuel (`TEMPLATE_FUEL` instructions) or writes more than `max_bytes`.
+    pub fn apply_chat_template_capped(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+        max_bytes: usize,
+    ) -> Result<String, TokenizerError> {
         let tpl = self.chat_template.as_ref().ok_or(TokenizerError::NoTemplate)?;
         let mut env = minijinja::Environment::new();
         minijinja_contrib::add_to_environment(&mut env);
@@ -398,19 +468,74 @@ impl Tokenizer {
         env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
             Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
         });
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.add_template("chat", tpl)
             .map_err(|e| TokenizerError::Template(e.to_string()))?;
         let t = env
             .get_template("chat")
             .map_err(|e| TokenizerError::Template(e.to_string()))?;
-        t.render(minijinja::context! {
-            messages => messages,
-            tools => tools.map(minijinja::Value::from_serialize),
-            add_generation_prompt => true,
-            bos_token => self.bos_token,
-            eos_token => self.eos_token,
-        })
-        .map_err(|e| TokenizerError::Template(e.to_string()))
+        let mut out = CappedWriter {
+            bytes: Vec::new(),
+            cap: max_bytes,
+            over: false,
+        };
+        let rendered = t.render_captured_to(
+            minijinja::context! {
+                messages => messages,
+                tools => tools.map(minijinja::Value::from_serialize),
+                add_generation_prompt => true,
+                bos_token => self.bos_token,
+                eos_token => self.eos_token,
+            },
+            &mut out,
+        );
+        match rendered {
+            Ok(_) => String::from_utf8(out.bytes)
+                .map_err(|_| TokenizerError::Template("the rendered prompt is not UTF-8".into())),
+            Err(_) if out.over => Err(TokenizerError::TemplateTooLarge(max_bytes)),
+            Err(e) if e.kind() == minijinja::ErrorKind::OutOfFuel => Err(TokenizerError::TemplateOutOfFuel),
+            Err(e) => Err(TokenizerError::Template(e.to_string())),
+        }
+    }
+
+    /// Why the model's own chat template cannot render a short two-message
+    /// conversation within the render budget (`TEMPLATE_FUEL`, 1 MiB of
+    /// output); `None` where it can (or where it fails for another reason, a
+    /// template that checks roles, say, which requests meet on their own).
+    pub fn template_budget_problem(&self) -> Option<String> {
+        self.chat_template.as_ref()?;
+        let m = [ChatMessage::new("user", "Hello!"), ChatMessage::new("assistant", "Hi.")];
+        match self.apply_chat_template_capped(&m, None, 1 << 20) {
+            Err(e @ (TokenizerError::TemplateOutOfFuel | TokenizerError::TemplateTooLarge(_))) => Some(e.to_string()),
+            _ => None,
+        }
+    }
+}
+
+/// Instructions a chat template may run for one render (minijinja's fuel):
+/// a long conversation with tools takes well under a tenth of it; a template
+/// looping without end stops here, in tens of milliseconds.
+pub const TEMPLATE_FUEL: u64 = 5_000_000;
+
+/// A render's output, refused past `cap` bytes (`over` then says so).
+struct CappedWriter {
+    bytes: Vec<u8>,
+    cap: usize,
+    over: bool,
+}
+
+impl std::io::Write for CappedWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if buf.len() > self.cap - self.bytes.len() {
+            self.over = true;
+            self.bytes = Vec::new();
+            return Err(std::io::Error::other("the rendered prompt is over its cap"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
