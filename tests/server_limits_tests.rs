@@ -65,7 +65,7 @@ async fn http(
 ) -> (u16, String, String) {
     let mut s = TcpStream::connect(addr).await.unwrap();
     let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\ncontent-length: {}\r\n",
         body.len()
     );
     for (k, v) in headers {
@@ -300,7 +300,7 @@ fn idle_and_excess_connections_are_closed() {
         let mut busy = Vec::new();
         for _ in 0..100 {
             let mut c = TcpStream::connect(a).await.unwrap();
-            c.write_all(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{")
+            c.write_all(b"POST /v1/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{")
                 .await
                 .unwrap();
             busy.push(c);
@@ -331,7 +331,7 @@ fn idle_and_excess_connections_are_closed() {
         assert_eq!(st, 200);
         // A client that sends half a head is cut off too.
         let mut slow = TcpStream::connect(a).await.unwrap();
-        slow.write_all(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\n")
+        slow.write_all(b"POST /v1/completions HTTP/1.1\r\nhost: localhost\r\n")
             .await
             .unwrap();
         let t = Instant::now();
@@ -507,14 +507,14 @@ fn a_body_over_the_limit_is_refused_promptly_however_it_is_sent() {
     let a = s.addr;
     s.rt.block_on(async {
         // Content-Length of 10 MB, a trickle of it.
-        let head = "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 10000000\r\n\r\n";
+        let head = "POST /v1/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 10000000\r\n\r\n";
         let parts: Vec<Vec<u8>> = (0..20).map(|_| vec![b' '; 50]).collect();
         let (st, body, took) = answer_to_unfinished_body(a, head, &parts).await;
         assert_eq!(st, 413, "{body}");
         openai_error(413, &body);
         assert!(took < Duration::from_secs(3), "the 413 took {took:?}");
         // Chunked, slowly: 1,500 bytes, then 1,500 more (past the limit), then nothing.
-        let head = "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+        let head = "POST /v1/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
         let chunk = |n: usize| {
             let mut c = format!("{n:x}\r\n").into_bytes();
             c.extend(std::iter::repeat_n(b' ', n));
@@ -528,7 +528,7 @@ fn a_body_over_the_limit_is_refused_promptly_however_it_is_sent() {
         // A body under the limit sent slowly is read to the end and answered.
         let req = r#"{"prompt": "hi", "max_tokens": 2}"#;
         let head = format!(
-            "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+            "POST /v1/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
             req.len()
         );
         let parts: Vec<Vec<u8>> = req.as_bytes().chunks(8).map(<[u8]>::to_vec).collect();
@@ -660,7 +660,7 @@ fn sigterm_lets_the_stream_in_progress_finish() {
         let body = r#"{"prompt": [1, 2, 3], "max_tokens": 200, "ignore_eos": true, "stream": true}"#;
         let mut s = TcpStream::connect(a).await.unwrap();
         let req = format!(
-            "POST /v1/completions HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            "POST /v1/completions HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
             body.len()
         );
         s.write_all(req.as_bytes()).await.unwrap();

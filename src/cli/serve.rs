@@ -36,6 +36,11 @@ pub struct ServeArgs {
     /// Origins web pages may call the API from (CORS), comma-separated; `*` for any. None by default.
     #[arg(long, value_delimiter = ',')]
     pub allowed_origins: Vec<String>,
+    /// Without --api-key: host names (the `Host` header) requests may be addressed to besides
+    /// localhost names and IP addresses, comma-separated; `*` for any. Guards against DNS
+    /// rebinding (a web page on another site driving a server on your machine).
+    #[arg(long, value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
     /// Open connections beyond which new ones get 503 and are closed (default: the open-file limit
     /// less 256, at most 16384).
     #[arg(long)]
@@ -146,6 +151,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         api_key: a.api_key.clone(),
         metrics_public: a.metrics_public,
         allowed_origins: a.allowed_origins.clone(),
+        allowed_hosts: a.allowed_hosts.clone(),
         max_connections: a
             .max_connections
             .unwrap_or_else(|| listener::default_max_connections(nofile)),
@@ -169,6 +175,12 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         eprintln!(
             "warning: serving on {} without --api-key: anyone who can reach it can use it",
             a.host
+        );
+    }
+    if let Some(problem) = engine.tokenizer().template_budget_problem() {
+        eprintln!(
+            "warning: the model's chat template cannot render a two-message conversation within the render \
+             budget ({problem}); chat requests will be refused: give the model a working template"
         );
     }
     let addr: std::net::SocketAddr = format!("{}:{}", a.host, a.port)

@@ -32,6 +32,12 @@ pub enum EngineError {
     Config(String),
     #[error("the engine has stopped")]
     Stopped,
+    /// The engine or the registry cannot take this now; a retry later may succeed.
+    #[error("{0}")]
+    Busy(String),
+    /// A model does not fit the models' memory budget even with every other model unloaded.
+    #[error("{0}")]
+    OverBudget(String),
     #[error("the engine failed while running this request: {0}")]
     Step(String),
 }

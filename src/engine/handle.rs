@@ -396,6 +396,25 @@ impl Engine {
         Arc::strong_count(&self.inner) <= handles
     }
 
+    /// A handle that does not keep the engine alive (`WeakEngine::is_alive`
+    /// tells whether some clone still does: its memory is still held).
+    pub fn downgrade(&self) -> WeakEngine {
+        WeakEngine(Arc::downgrade(&self.inner))
+    }
+
+    /// As `metrics`, giving up after `timeout` (an engine thread busy with
+    /// a long step, or wedged, must not hang its caller).
+    pub fn metrics_within(&self, timeout: std::time::Duration) -> Result<Metrics, EngineError> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Command::Metrics(tx))?;
+        rx.recv_timeout(timeout).map_err(|e| match e {
+            mpsc::RecvTimeoutError::Timeout => {
+                EngineError::Busy(format!("the engine did not answer within {timeout:?}"))
+            }
+            mpsc::RecvTimeoutError::Disconnected => EngineError::Stopped,
+        })
+    }
+
     /// Aborts a request by id.
     pub fn abort(&self, id: SeqId) {
         let _ = self.send(Command::Abort(id));
@@ -445,6 +464,22 @@ impl Engine {
         let (tx, rx) = mpsc::channel();
         self.send(Command::ResetPrefixCache(tx))?;
         rx.recv().map_err(|_| EngineError::Stopped)
+    }
+}
+
+/// An `Engine` that does not keep it alive.
+#[derive(Clone)]
+pub struct WeakEngine(std::sync::Weak<Inner>);
+
+impl WeakEngine {
+    /// Whether some `Engine` clone (a registry slot, a request, a scrape) still holds it.
+    pub fn is_alive(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+
+    /// The engine, where it is still alive.
+    pub fn upgrade(&self) -> Option<Engine> {
+        self.0.upgrade().map(|inner| Engine { inner })
     }
 }
 

@@ -20,7 +20,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::model_event::{ModelEvent, ModelEventKind, ModelObserver, mib};
-use super::{Engine, EngineConfig, EngineError, LlmEngine, MemoryPlan};
+use super::{Engine, EngineConfig, EngineError, LlmEngine, MemoryPlan, WeakEngine};
 use crate::backend::Backend;
 use crate::backend::wgsl::Kernels;
 use crate::gpu::GpuContext;
@@ -39,12 +39,43 @@ struct Slot {
     keep_alive: Option<Duration>,
     load_seconds: Option<f64>,
     loads: u32,
+    /// Engines of it unloaded while something still held a clone (a request
+    /// finishing, a scrape): their bytes count until the last clone drops.
+    draining: Vec<(WeakEngine, u64)>,
 }
 
 impl Slot {
     /// Whether its bytes count against the budget: loaded, or reserved by a load under way.
     fn holds_memory(&self) -> bool {
         self.engine.is_some() || self.loading
+    }
+
+    /// Bytes of its unloaded engines still alive (forgetting those that are gone).
+    fn draining_bytes(&mut self) -> u64 {
+        self.draining.retain(|(e, _)| e.is_alive());
+        self.draining.iter().map(|(_, b)| b).sum()
+    }
+
+    /// Bytes it holds on the device: loaded or loading, and draining.
+    fn device_bytes(&mut self) -> u64 {
+        let live = if self.holds_memory() { self.bytes } else { 0 };
+        live + self.draining_bytes()
+    }
+
+    /// Drops the registry's handle on its engine; whatever else holds the
+    /// engine keeps its memory counted until it lets go. Returns whether it was loaded.
+    fn unload(&mut self) -> bool {
+        match self.engine.take() {
+            Some(e) => {
+                let weak = e.downgrade();
+                drop(e);
+                if weak.is_alive() {
+                    self.draining.push((weak, self.bytes));
+                }
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -60,6 +91,9 @@ pub struct ModelInfo {
     pub busy: bool,
     /// Device bytes its memory plan reserves (weights, step buffers, KV pool), while loaded.
     pub bytes: u64,
+    /// Device bytes of its unloaded engines that requests still hold (they
+    /// count against the budget until those requests end).
+    pub draining_bytes: u64,
     pub idle_seconds: f64,
     /// Seconds its last load took, and how many times it was loaded.
     pub load_seconds: Option<f64>,
@@ -161,6 +195,7 @@ impl ModelRegistry {
                 keep_alive: None,
                 load_seconds: None,
                 loads: 0,
+                draining: Vec::new(),
             },
         );
         Ok(())
@@ -209,8 +244,9 @@ impl ModelRegistry {
     pub fn list(&self) -> Vec<ModelInfo> {
         let now = Instant::now();
         self.slots()
-            .iter()
+            .iter_mut()
             .map(|(name, s)| ModelInfo {
+                draining_bytes: s.draining_bytes(),
                 name: name.clone(),
                 path: s.path.clone(),
                 loaded: s.engine.is_some(),
@@ -288,42 +324,64 @@ impl ModelRegistry {
     }
 
     /// Unloads least recently used idle models until `need` more bytes fit
-    /// the budget; returns their names, or the error naming what is loaded.
+    /// the budget; returns their names. Where even unloading every idle
+    /// model would not make room, nothing is unloaded and the error gives
+    /// the figures: `OverBudget` when the model is larger than the whole
+    /// budget, else `Busy` (the models in use, loading or still draining).
     fn make_room(&self, slots: &mut BTreeMap<String, Slot>, name: &str, need: u64) -> Result<Vec<String>, EngineError> {
         let Some(budget) = self.budget else {
             return Ok(Vec::new());
         };
-        let held = |slots: &BTreeMap<String, Slot>| -> u64 {
-            slots.values().filter(|s| s.holds_memory()).map(|s| s.bytes).sum()
-        };
+        if need > budget {
+            return Err(EngineError::OverBudget(format!(
+                "loading {name} needs {}, more than the whole models' budget of {}: raise --models-memory or use \
+                 a smaller model (or quantisation)",
+                mib(need),
+                mib(budget)
+            )));
+        }
+        let held: u64 = slots.values_mut().map(Slot::device_bytes).sum();
+        let idle = |s: &Slot| s.engine.as_ref().is_some_and(|e| e.is_idle_but(1));
+        let freeable: u64 = slots.values().filter(|s| idle(s)).map(|s| s.bytes).sum();
+        if held - freeable + need > budget {
+            let holders: Vec<String> = slots
+                .iter_mut()
+                .filter_map(|(n, s)| {
+                    let draining = s.draining_bytes();
+                    let state = match (s.loading, s.engine.is_some(), idle(s)) {
+                        (true, _, _) => "loading",
+                        (_, true, false) => "busy",
+                        (_, true, true) => "idle",
+                        _ if draining > 0 => "unloaded, requests finishing",
+                        _ => return None,
+                    };
+                    let bytes = if s.holds_memory() { s.bytes } else { 0 } + draining;
+                    Some(format!("{n} ({}, {state})", mib(bytes)))
+                })
+                .collect();
+            return Err(EngineError::Busy(format!(
+                "loading {name} needs {} but the models' budget of {} holds {} already ({}), {} of it in use: \
+                 {} missing; retry once their requests end, unload a model, or raise --models-memory",
+                mib(need),
+                mib(budget),
+                mib(held),
+                holders.join(", "),
+                mib(held - freeable),
+                mib(held - freeable + need - budget)
+            )));
+        }
         let mut evicted = Vec::new();
-        while held(slots) + need > budget {
+        let mut held = held;
+        while held + need > budget {
             let victim = slots
                 .iter()
-                .filter(|(_, s)| s.engine.as_ref().is_some_and(|e| e.is_idle_but(1)))
+                .filter(|(_, s)| idle(s))
                 .min_by_key(|(_, s)| s.last_used)
                 .map(|(n, _)| n.clone());
-            let Some(v) = victim else {
-                let loaded: Vec<String> = slots
-                    .iter()
-                    .filter(|(_, s)| s.holds_memory())
-                    .map(|(n, s)| {
-                        let state = if s.loading { "loading" } else { "busy" };
-                        format!("{n} ({}, {state})", mib(s.bytes))
-                    })
-                    .collect();
-                return Err(EngineError::Config(format!(
-                    "loading {name} needs {} but the models' budget of {} holds {} already \
-                     ({}): {} missing; unload a model, wait for its requests to end, or raise the budget",
-                    mib(need),
-                    mib(budget),
-                    mib(held(slots)),
-                    loaded.join(", "),
-                    mib(held(slots) + need - budget)
-                )));
-            };
+            let Some(v) = victim else { break };
             if let Some(s) = slots.get_mut(&v) {
-                s.engine = None;
+                held -= s.bytes;
+                s.unload();
             }
             evicted.push(v);
         }
@@ -386,7 +444,7 @@ impl ModelRegistry {
         let was = {
             let mut slots = self.slots();
             let s = slots.get_mut(name).ok_or_else(|| unknown(name))?;
-            s.engine.take().is_some()
+            s.unload()
         };
         if was {
             self.told_unloaded(&[name.to_string()], "request");
@@ -410,7 +468,7 @@ impl ModelRegistry {
                 continue;
             };
             if s.engine.is_some() && now - s.last_used >= limit {
-                s.engine = None;
+                s.unload();
                 gone.push(name.clone());
             }
         }

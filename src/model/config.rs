@@ -50,12 +50,16 @@ impl ModelConfig {
         let hidden = u("embedding_length")?;
         let heads = u("attention.head_count")?;
         let layers = u("block_count")?;
+        // Before anything is sized from them (the family's per-layer tables, the KV groups).
+        check_bounds(&[
+            (&format!("{arch}.embedding_length"), hidden, MAX_HIDDEN),
+            (&format!("{arch}.attention.head_count"), heads, MAX_HEADS),
+            (&format!("{arch}.block_count"), layers, MAX_LAYERS),
+        ])?;
+        check_blocks_present(g, layers)?;
         let vocab = match u("vocab_size") {
             Ok(v) => v,
-            Err(_) => g
-                .get("tokenizer.ggml.tokens")
-                .and_then(|v| v.as_array())
-                .map_or(0, |a| a.len()),
+            Err(_) => g.get("tokenizer.ggml.tokens").and_then(|v| v.array_len()).unwrap_or(0),
         };
         let head_dim = head_dim_of(g, &arch, hidden, heads);
         if let Ok(rot) = u("rope.dimension_count")
@@ -113,6 +117,11 @@ impl ModelConfig {
             return Err(ModelError::UnsupportedArch(arch.model_type));
         };
         let j: HfConfig = serde_json::from_str(text).map_err(bad_json)?;
+        check_bounds(&[
+            ("config.json hidden_size", j.hidden_size, MAX_HIDDEN),
+            ("config.json num_attention_heads", j.num_attention_heads, MAX_HEADS),
+            ("config.json num_hidden_layers", j.num_hidden_layers, MAX_LAYERS),
+        ])?;
         let heads = j.num_attention_heads;
         let head_dim = j.head_dim.unwrap_or(j.hidden_size / heads.max(1));
         let rope_theta = j.rope_theta.unwrap_or(10000.0);
@@ -145,6 +154,15 @@ impl ModelConfig {
 
     fn validate(&self) -> Result<(), ModelError> {
         let bad = |m: String| Err(ModelError::Config(m));
+        check_bounds(&[
+            ("hidden size", self.hidden, MAX_HIDDEN),
+            ("layer count", self.layers, MAX_LAYERS),
+            ("head count", self.heads, MAX_HEADS),
+            ("KV head count", self.kv_heads, MAX_HEADS),
+            ("feed-forward size", self.intermediate, MAX_INTERMEDIATE),
+            ("vocabulary size", self.vocab, MAX_VOCAB),
+            ("context length", self.max_context, MAX_CONTEXT),
+        ])?;
         if [
             self.hidden,
             self.layers,
@@ -193,6 +211,42 @@ impl ModelConfig {
             (Some(_), Some(t)) => t,
             _ => self.rope_theta,
         }
+    }
+}
+
+/// Bounds on a model's hyper-parameters, checked before anything is sized
+/// from them: a file claiming more is refused as corrupt, never allocated
+/// for (the largest published models are well inside each).
+pub const MAX_LAYERS: usize = 1024;
+pub const MAX_HIDDEN: usize = 1 << 20;
+pub const MAX_HEADS: usize = 4096;
+pub const MAX_INTERMEDIATE: usize = 1 << 22;
+pub const MAX_VOCAB: usize = 1 << 22;
+pub const MAX_CONTEXT: usize = 1 << 24;
+
+fn check_bounds(values: &[(&str, usize, usize)]) -> Result<(), ModelError> {
+    match values.iter().find(|(_, v, max)| v > max) {
+        Some((name, v, max)) => Err(ModelError::Config(format!(
+            "{name} is {v}, more than the {max} wllm accepts: the file is corrupt or not a model wllm runs"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// A GGUF's `block_count` agrees with its `blk.N.*` tensors (where it has any:
+/// a file of metadata only is read by `wllm info`).
+fn check_blocks_present(g: &GgufFile, layers: usize) -> Result<(), ModelError> {
+    let blocks = g
+        .tensors
+        .keys()
+        .filter_map(|n| n.strip_prefix("blk.")?.split('.').next()?.parse::<usize>().ok())
+        .max()
+        .map(|b| b + 1);
+    match blocks {
+        Some(b) if b != layers => Err(ModelError::Config(format!(
+            "the file says it has {layers} layers (block_count) but holds tensors of {b}: the file is corrupt"
+        ))),
+        _ => Ok(()),
     }
 }
 

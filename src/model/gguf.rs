@@ -15,8 +15,58 @@ pub enum Value {
     F64(f64),
     Bool(bool),
     Str(String),
+    /// An array of strings or of arrays.
     Array(Vec<Value>),
+    /// An array of numbers or booleans, kept as the file stores it (a
+    /// `u8` array costs its bytes); read with `numbers`.
+    Packed(Packed),
 }
+
+/// A GGUF array of one scalar type, its little-endian bytes as stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Packed {
+    /// The GGUF value type of every element (0-7, 10-12).
+    pub ty: u32,
+    pub bytes: Vec<u8>,
+}
+
+impl Packed {
+    pub fn len(&self) -> usize {
+        self.bytes.len() / scalar_size(self.ty).unwrap_or(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Element `i` as a metadata value.
+    pub fn get(&self, i: usize) -> Option<Value> {
+        let n = scalar_size(self.ty)?;
+        let b = self.bytes.get(i * n..i * n + n)?;
+        let mut c = Cursor { b, pos: 0 };
+        c.value(self.ty, 0).ok()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Value> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+}
+
+/// Bytes of a scalar GGUF value type (None: strings, arrays, unknown types).
+fn scalar_size(ty: u32) -> Option<usize> {
+    match ty {
+        0 | 1 | 7 => Some(1),
+        2 | 3 => Some(2),
+        4..=6 => Some(4),
+        10..=12 => Some(8),
+        _ => None,
+    }
+}
+
+/// The most memory a file's metadata may take once read (its strings and
+/// their array slots; packed numbers at their size): a vocabulary of a
+/// million tokens with its merges takes under a tenth of it.
+pub const MAX_METADATA_BYTES: usize = 1 << 30;
 
 impl Value {
     pub fn as_u64(&self) -> Option<u64> {
@@ -52,6 +102,26 @@ impl Value {
             _ => None,
         }
     }
+    /// An array's elements as numbers (booleans 0 or 1), packed or not.
+    pub fn numbers(&self) -> Option<Vec<f64>> {
+        match self {
+            Value::Packed(p) => Some(
+                p.iter()
+                    .map(|v| v.as_f64().or(v.as_bool().map(f64::from)).unwrap_or(0.0))
+                    .collect(),
+            ),
+            Value::Array(a) => Some(a.iter().map(|v| v.as_f64().unwrap_or(0.0)).collect()),
+            _ => None,
+        }
+    }
+    /// The number of elements of an array (None: not an array).
+    pub fn array_len(&self) -> Option<usize> {
+        match self {
+            Value::Packed(p) => Some(p.len()),
+            Value::Array(a) => Some(a.len()),
+            _ => None,
+        }
+    }
 }
 
 /// A tensor's place in the file.
@@ -80,6 +150,22 @@ pub struct GgufFile {
 struct Cursor<'a> {
     b: &'a [u8],
     pos: usize,
+}
+
+/// What reading the metadata has cost so far (see `MAX_METADATA_BYTES`).
+struct Budget(usize);
+
+impl Budget {
+    fn spend(&mut self, n: usize) -> Result<(), ModelError> {
+        self.0 = self.0.saturating_add(n);
+        if self.0 > MAX_METADATA_BYTES {
+            return Err(ModelError::Corrupt(format!(
+                "the GGUF's metadata takes more than {MAX_METADATA_BYTES} bytes of memory to hold: the file is \
+                 corrupt or hostile"
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl<'a> Cursor<'a> {
@@ -115,6 +201,39 @@ impl<'a> Cursor<'a> {
         let n = self.len()?;
         Ok(String::from_utf8_lossy(self.take(n)?).into_owned())
     }
+    /// A value, its memory counted against `budget`.
+    fn value_within(&mut self, ty: u32, depth: u32, budget: &mut Budget) -> Result<Value, ModelError> {
+        match ty {
+            8 => {
+                let v = self.string()?;
+                budget.spend(v.len())?;
+                Ok(Value::Str(v))
+            }
+            9 if depth < 4 => {
+                let at = self.u32()?;
+                let n = self.len()?;
+                if let Some(size) = scalar_size(at) {
+                    let bytes = n
+                        .checked_mul(size)
+                        .ok_or_else(|| ModelError::Corrupt(format!("GGUF array of {n} values overflows")))?;
+                    budget.spend(bytes)?;
+                    return Ok(Value::Packed(Packed {
+                        ty: at,
+                        bytes: self.take(bytes)?.to_vec(),
+                    }));
+                }
+                // Each element at least 8 bytes in the file (a length), 32 in memory.
+                budget.spend(n.saturating_mul(std::mem::size_of::<Value>()))?;
+                let mut v = Vec::with_capacity(n.min(1 << 20));
+                for _ in 0..n {
+                    v.push(self.value_within(at, depth + 1, budget)?);
+                }
+                Ok(Value::Array(v))
+            }
+            _ => self.value(ty, depth),
+        }
+    }
+
     fn value(&mut self, ty: u32, depth: u32) -> Result<Value, ModelError> {
         let v = match ty {
             0 => Value::U64(u64::from(self.take(1)?[0])),
@@ -126,15 +245,7 @@ impl<'a> Cursor<'a> {
             6 => Value::F64(f64::from(f32::from_bits(self.u32()?))),
             7 => Value::Bool(self.take(1)?[0] != 0),
             8 => Value::Str(self.string()?),
-            9 if depth < 4 => {
-                let at = self.u32()?;
-                let n = self.len()?;
-                let mut v = Vec::with_capacity(n.min(1 << 20));
-                for _ in 0..n {
-                    v.push(self.value(at, depth + 1)?);
-                }
-                Value::Array(v)
-            }
+            9 if depth < 4 => self.value_within(ty, depth, &mut Budget(0))?,
             10 => Value::U64(self.u64()?),
             11 => Value::I64(self.u64()? as i64),
             12 => Value::F64(f64::from_bits(self.u64()?)),
@@ -183,11 +294,13 @@ impl GgufFile {
         let n_kv = c.u64()?;
         let mut metadata = HashMap::new();
         let mut raw_kv = Vec::new();
+        let mut budget = Budget(0);
         for _ in 0..n_kv {
             let key = c.string()?;
             let ty = c.u32()?;
             let at = c.pos;
-            let v = c.value(ty, 0)?;
+            budget.spend(key.len() + 64)?;
+            let v = c.value_within(ty, 0, &mut budget)?;
             raw_kv.push((key.clone(), ty, at..c.pos));
             metadata.insert(key, v);
         }
@@ -217,7 +330,10 @@ impl GgufFile {
             let len = match (elems, WeightFormat::from_ggml_type(ggml_type)) {
                 (Some(e), Some(f)) => {
                     let (be, bb) = f.block();
-                    (e as usize).div_ceil(be) * bb
+                    usize::try_from(e)
+                        .ok()
+                        .and_then(|e| e.div_ceil(be).checked_mul(bb))
+                        .ok_or_else(|| ModelError::Corrupt(format!("tensor {name} dimensions overflow")))?
                 }
                 // Unknown types are kept so that using one names it; their length is unknown.
                 (Some(_), None) => 0,

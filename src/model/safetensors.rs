@@ -27,6 +27,16 @@ fn io(p: &Path, e: std::io::Error) -> ModelError {
     ModelError::Io(p.display().to_string(), e)
 }
 
+/// `dir/name` where `name` is a relative path that stays inside `dir` (no
+/// `..`, no root, no drive): an index naming `/etc/passwd` or
+/// `../../other/model.safetensors` is refused, never opened.
+pub fn shard_path(dir: &Path, name: &str) -> Option<PathBuf> {
+    use std::path::Component;
+    let p = Path::new(name);
+    let plain = !name.is_empty() && p.components().all(|c| matches!(c, Component::Normal(_)));
+    plain.then(|| dir.join(p))
+}
+
 impl SafetensorsDir {
     pub fn open(dir: &Path) -> Result<Self, ModelError> {
         let index = dir.join("model.safetensors.index.json");
@@ -40,7 +50,17 @@ impl SafetensorsDir {
             let mut files: Vec<String> = map.values().filter_map(|v| v.as_str().map(String::from)).collect();
             files.sort();
             files.dedup();
-            files.into_iter().map(|f| dir.join(f)).collect()
+            files
+                .into_iter()
+                .map(|f| {
+                    shard_path(dir, &f).ok_or_else(|| {
+                        ModelError::Corrupt(format!(
+                            "{} names the shard {f:?}, which is not a file name inside the model's folder",
+                            index.display()
+                        ))
+                    })
+                })
+                .collect::<Result<_, _>>()?
         } else {
             vec![dir.join("model.safetensors")]
         };
@@ -66,7 +86,7 @@ impl SafetensorsDir {
                     }
                 };
                 let (s, e) = info.data_offsets;
-                if base + e > map.len() || s > e {
+                if base.checked_add(e).is_none_or(|end| end > map.len()) || s > e {
                     return Err(ModelError::Corrupt(format!(
                         "{}: tensor {name} runs past the file",
                         path.display()
@@ -90,5 +110,33 @@ impl SafetensorsDir {
 
     pub fn bytes(&self, t: &StTensor) -> &[u8] {
         &self.maps[t.shard][t.start..t.end]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_names_stay_inside_the_model_folder() {
+        let d = Path::new("/models/m");
+        assert_eq!(
+            shard_path(d, "model-00001-of-00002.safetensors"),
+            Some(d.join("model-00001-of-00002.safetensors"))
+        );
+        assert_eq!(
+            shard_path(d, "sub/part.safetensors"),
+            Some(d.join("sub/part.safetensors"))
+        );
+        for bad in [
+            "/etc/passwd",
+            "../other/model.safetensors",
+            "a/../../b",
+            "",
+            "..",
+            "./../x",
+        ] {
+            assert_eq!(shard_path(d, bad), None, "{bad}");
+        }
     }
 }

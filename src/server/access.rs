@@ -3,7 +3,10 @@
 //! compared in constant time (401 otherwise); `/health` stays open. With
 //! `--allowed-origins`, browsers on those origins get CORS headers (and their
 //! preflights an answer); without it no CORS header is ever sent, so no web
-//! page can read a response.
+//! page can read a response. Without `--api-key`, a request addressed to a
+//! host name other than localhost's (or one `--allowed-hosts` lists) is
+//! refused (421), so that a page whose domain is re-pointed at 127.0.0.1
+//! (DNS rebinding) cannot use the server as its own origin.
 
 use std::sync::Arc;
 
@@ -97,4 +100,95 @@ pub(crate) async fn cors(State(s): State<Arc<AppState>>, req: Request, next: Nex
             .insert(header::VARY, HeaderValue::from_static("Origin"));
     }
     resp
+}
+
+/// Whether a request's `Host` may reach this server without an API key:
+/// no header (not a browser), an IP address (a page cannot be served from
+/// someone else's address, so no rebinding), `localhost` and its
+/// subdomains, or a name `allowed` lists (`*` for any). The port is ignored.
+pub fn host_allowed(host: Option<&str>, allowed: &[String]) -> bool {
+    let Some(host) = host.map(str::trim) else {
+        return true;
+    };
+    // "[::1]:8000", "127.0.0.1:8000", "name:8000".
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        match rest.split_once(']') {
+            Some((ip, _)) => ip,
+            None => return false,
+        }
+    } else {
+        host.rsplit_once(':').map_or(host, |(n, port)| {
+            if port.chars().all(|c| c.is_ascii_digit()) {
+                n
+            } else {
+                host
+            }
+        })
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name.parse::<std::net::IpAddr>().is_ok()
+        || name == "localhost"
+        || name.ends_with(".localhost")
+        || allowed
+            .iter()
+            .any(|a| a == "*" || a.trim_end_matches('.').eq_ignore_ascii_case(&name))
+}
+
+/// The Host check (only without an API key: with one, a rebound page still lacks the key).
+pub(crate) async fn host_check(State(s): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    if s.cfg.api_key.is_none() {
+        let host = req.headers().get(header::HOST).map(|h| h.to_str().unwrap_or("\u{0}"));
+        if !host_allowed(host, &s.cfg.allowed_hosts) {
+            return ApiError {
+                status: StatusCode::MISDIRECTED_REQUEST,
+                kind: "invalid_request_error",
+                message: format!(
+                    "this server does not answer requests for host {:?}: without --api-key it answers localhost \
+                     and IP addresses only (a guard against DNS rebinding); start it with --allowed-hosts NAME \
+                     or --api-key KEY",
+                    host.unwrap_or_default()
+                ),
+                param: None,
+            }
+            .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_allowed;
+
+    #[test]
+    fn hosts_without_a_key_are_localhost_ip_addresses_or_listed() {
+        let none: Vec<String> = Vec::new();
+        for ok in [
+            None,
+            Some("localhost"),
+            Some("localhost:8000"),
+            Some("LOCALHOST."),
+            Some("app.localhost:3000"),
+            Some("127.0.0.1:8000"),
+            Some("10.1.2.3"),
+            Some("[::1]:8000"),
+            Some("[fe80::1]"),
+        ] {
+            assert!(host_allowed(ok, &none), "{ok:?}");
+        }
+        for bad in [
+            Some("evil.example.com"),
+            Some("evil.example.com:8000"),
+            Some("localhost.evil.com"),
+            Some("x"),
+            Some("[::1"),
+            Some(""),
+        ] {
+            assert!(!host_allowed(bad, &none), "{bad:?}");
+        }
+        let listed = vec!["mybox.lan".to_string()];
+        assert!(host_allowed(Some("MyBox.lan:8000"), &listed));
+        assert!(!host_allowed(Some("other.lan"), &listed));
+        assert!(host_allowed(Some("anything.example"), &["*".to_string()]));
+    }
 }

@@ -57,7 +57,13 @@ impl From<EngineError> for ApiError {
                 Self::bad_request(e.to_string(), Some(field))
             }
             EngineError::InvalidRequest(_) | EngineError::Tokenizer(_) => Self::bad_request(e.to_string(), None),
-            EngineError::Stopped => Self::overloaded(e.to_string()),
+            EngineError::Stopped | EngineError::Busy(_) => Self::overloaded(e.to_string()),
+            EngineError::OverBudget(m) => Self {
+                status: StatusCode::INSUFFICIENT_STORAGE,
+                kind: "insufficient_storage",
+                message: m,
+                param: Some("model".into()),
+            },
             other => Self::internal(other.to_string()),
         }
     }

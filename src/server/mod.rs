@@ -8,6 +8,7 @@
 
 mod access;
 pub use access::ct_eq;
+mod catch_panic;
 mod completions;
 mod embeddings;
 pub mod error;
@@ -48,6 +49,9 @@ pub struct ServerConfig {
     pub metrics_public: bool,
     /// Origins browsers may call from (CORS); `*` for any; none by default.
     pub allowed_origins: Vec<String>,
+    /// Host names a request's `Host` may carry when no `api_key` is set,
+    /// beyond localhost names and IP addresses (`*`: any); see `access::host_check`.
+    pub allowed_hosts: Vec<String>,
     /// Open connections beyond which new ones get a 503 and are closed.
     pub max_connections: usize,
     /// A connection must send each request head within this long (new and
@@ -75,6 +79,7 @@ impl Default for ServerConfig {
             api_key: None,
             metrics_public: false,
             allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
             max_connections: 1024,
             head_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(30),
@@ -220,7 +225,9 @@ pub fn router(engine: Engine, cfg: ServerConfig) -> Router {
             }
         })
         .layer(axum::middleware::from_fn_with_state(state.clone(), access::auth))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), access::host_check))
         .layer(axum::middleware::from_fn_with_state(state.clone(), access::cors))
+        .layer(axum::middleware::from_fn(catch_panic::catch_panic))
         .with_state(state)
 }
 

@@ -151,16 +151,31 @@ fn merge_families(texts: &[String]) -> String {
     out
 }
 
+/// How long one engine may take to answer a scrape, and the whole scrape.
+pub const METRICS_ENGINE_TIMEOUT: Duration = Duration::from_secs(2);
+pub const METRICS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `/metrics`. A registry model is held only while it answers (a weak
+/// handle otherwise), so a scrape never keeps a model "busy" past its
+/// unload; each engine answers within `METRICS_ENGINE_TIMEOUT` (one that
+/// does not is left out, its series absent), the whole within `METRICS_TIMEOUT`.
 pub async fn metrics(State(s): State<Arc<AppState>>) -> Response {
-    let mut engines = vec![(s.cfg.served_model_name.clone(), s.engine.clone())];
+    let primary = (s.cfg.served_model_name.clone(), s.engine.downgrade());
+    let mut engines = vec![primary];
     if let Some(r) = &s.cfg.models {
-        engines.extend(r.loaded());
+        engines.extend(r.loaded().into_iter().map(|(n, e)| (n, e.downgrade())));
     }
     let registry = s.cfg.models.clone();
-    let texts = tokio::task::spawn_blocking(move || {
+    let work = tokio::task::spawn_blocking(move || {
         let mut texts = Vec::new();
-        for (name, e) in engines {
-            texts.push(e.metrics()?.to_prometheus(&name));
+        for (i, (name, weak)) in engines.into_iter().enumerate() {
+            let Some(e) = weak.upgrade() else { continue };
+            match e.metrics_within(METRICS_ENGINE_TIMEOUT) {
+                Ok(m) => texts.push(m.to_prometheus(&name)),
+                // The primary engine's failure is the scrape's; another model's leaves it out.
+                Err(err) if i == 0 => return Err(err),
+                Err(_) => {}
+            }
         }
         if let Some(r) = registry {
             let mut t = String::from(
@@ -184,8 +199,14 @@ pub async fn metrics(State(s): State<Arc<AppState>>) -> Response {
             texts.push(t + &secs + &device);
         }
         Ok::<_, crate::engine::EngineError>(texts)
-    })
-    .await;
+    });
+    let texts = match tokio::time::timeout(METRICS_TIMEOUT, work).await {
+        Ok(t) => t,
+        Err(_) => {
+            return ApiError::overloaded(format!("the metrics did not come together within {METRICS_TIMEOUT:?}"))
+                .into_response();
+        }
+    };
     match texts {
         Ok(Ok(texts)) => {
             let text = merge_families(&texts);

@@ -128,8 +128,8 @@ impl Tokenizer {
             .iter()
             .map(|v| v.as_str().unwrap_or_default().to_string())
             .collect();
-        let types: Vec<u64> = match g.get("tokenizer.ggml.token_type").and_then(Value::as_array) {
-            Some(a) => a.iter().map(|v| v.as_u64().unwrap_or(1)).collect(),
+        let types: Vec<u64> = match g.get("tokenizer.ggml.token_type").and_then(Value::numbers) {
+            Some(a) => a.iter().map(|&v| if v >= 0.0 { v as u64 } else { 1 }).collect(),
             None => vec![1; tokens.len()],
         };
         let merges: Vec<(String, String)> = arr("tokenizer.ggml.merges")?

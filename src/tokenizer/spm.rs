@@ -91,12 +91,15 @@ impl SpmVocab {
             .iter()
             .map(|v| v.as_str().unwrap_or_default().to_string())
             .collect();
-        let scores: Vec<f32> = match g.get("tokenizer.ggml.scores").and_then(Value::as_array) {
-            Some(a) => a.iter().map(|v| v.as_f64().unwrap_or(0.0) as f32).collect(),
+        let scores: Vec<f32> = match g.get("tokenizer.ggml.scores").and_then(Value::numbers) {
+            Some(a) => a.iter().map(|&v| v as f32).collect(),
             None => vec![0.0; tokens.len()],
         };
-        let types: Vec<u8> = match g.get("tokenizer.ggml.token_type").and_then(Value::as_array) {
-            Some(a) => a.iter().map(|v| v.as_u64().unwrap_or(1) as u8).collect(),
+        let types: Vec<u8> = match g.get("tokenizer.ggml.token_type").and_then(Value::numbers) {
+            Some(a) => a
+                .iter()
+                .map(|&v| if (0.0..256.0).contains(&v) { v as u8 } else { 1 })
+                .collect(),
             None => vec![NORMAL; tokens.len()],
         };
         if scores.len() != tokens.len() || types.len() != tokens.len() {
