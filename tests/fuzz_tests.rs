@@ -361,3 +361,234 @@ fn request_bodies_survive_mutations() {
     let bs = engine.block_stats().unwrap();
     assert_eq!(bs.num_free, bs.num_blocks, "blocks leaked after the fuzzed requests");
 }
+
+/// Row 2 of issue 57's review: a request's `n` sequences shared nothing, so
+/// its stop strings were copied per sequence (and again per stop checker);
+/// now they are held once, whatever `n` and the prompt count.
+#[test]
+fn a_requests_sequences_share_one_copy_of_its_parameters() {
+    let dir = test_dir("fuzz_shared_params");
+    let model = write_tiny_gguf(&dir, "t.gguf", &TinySpec::default(), &mut rng(4));
+    let engine = wllm::Engine::new(&wllm::EngineConfig {
+        model,
+        kv_cache_memory: Some(1 << 20),
+        max_model_len: Some(48),
+        max_num_seqs: 256,
+        ..Default::default()
+    })
+    .unwrap();
+    let stops: Vec<String> = (0..wllm::sampling::MAX_STOP_STRINGS)
+        .map(|i| format!("{i:04}{}", "s".repeat(wllm::sampling::MAX_STOP_STRING_BYTES - 4)))
+        .collect();
+    let params = wllm::SamplingParams {
+        stop: stops,
+        max_tokens: Some(1),
+        ..Default::default()
+    };
+    let stop_bytes = wllm::sampling::MAX_STOP_STRINGS * wllm::sampling::MAX_STOP_STRING_BYTES;
+    let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
+    let prompts: Vec<wllm::Prompt> = (0..4).map(|_| wllm::Prompt::Tokens(vec![1, 2, 3])).collect();
+    // 256 sequences: 16 MiB of stop strings if each held its own copy (32 with the checkers').
+    let streams = within(4 * stop_bytes + (2 << 20), "n = 64 x 4 prompts", || {
+        engine.generate_n(prompts, params, 64).unwrap()
+    });
+    assert_eq!(streams.len(), 256);
+    for s in streams {
+        s.collect_all().unwrap();
+    }
+    let bs = engine.block_stats().unwrap();
+    assert_eq!(bs.num_free, bs.num_blocks);
+}
+
+/// Row 8: a GGUF with a huge `u8` metadata array once took 32 bytes a byte
+/// (a boxed value each); numeric arrays are now kept as stored, and the
+/// whole metadata is held to a budget.
+#[test]
+fn a_gguf_numeric_array_costs_its_bytes() {
+    let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
+    let n: usize = 16 << 20;
+    let mut b = b"GGUF".to_vec();
+    b.extend(3u32.to_le_bytes());
+    b.extend(0u64.to_le_bytes());
+    b.extend(1u64.to_le_bytes());
+    b.extend(6u64.to_le_bytes());
+    b.extend(b"k.blob");
+    b.extend(9u32.to_le_bytes());
+    b.extend(0u32.to_le_bytes());
+    b.extend((n as u64).to_le_bytes());
+    b.extend((0..n).map(|i| (i % 251) as u8));
+    // (from_bytes copies the file into an anonymous map, not the heap.)
+    let g = within(2 * n + (1 << 20), "16 MiB u8 array", || {
+        wllm::model::gguf::GgufFile::from_bytes(&b).unwrap()
+    });
+    let v = g.get("k.blob").unwrap();
+    assert_eq!(v.array_len(), Some(n));
+    let wllm::model::gguf::Value::Packed(p) = v else {
+        panic!("not packed")
+    };
+    assert_eq!(p.get(1000), Some(wllm::model::gguf::Value::U64(1000 % 251)));
+    assert_eq!(p.get(n), None);
+    // An array of 2^27 strings of no bytes (a length of 8 bytes each in the
+    // file, 32 in memory) passes the metadata budget: refused, unallocated.
+    let strings: u64 = 1 << 27;
+    let mut b = b"GGUF".to_vec();
+    b.extend(3u32.to_le_bytes());
+    b.extend(0u64.to_le_bytes());
+    b.extend(1u64.to_le_bytes());
+    b.extend(5u64.to_le_bytes());
+    b.extend(b"k.str");
+    b.extend(9u32.to_le_bytes());
+    b.extend(8u32.to_le_bytes());
+    b.extend(strings.to_le_bytes());
+    b.resize(b.len() + 8 * strings as usize, 0);
+    let e = within(64 << 20, "2^27 empty strings", || {
+        wllm::model::gguf::GgufFile::from_bytes(&b).err()
+    });
+    assert!(e.is_some_and(|e| e.to_string().contains("metadata")));
+}
+
+/// The hostile-input harness: request bodies whose every field is drawn
+/// from its extremes (numbers past their ranges, lists at and past their
+/// bounds, wrong types, huge strings), sent through the router. Each must
+/// end (within a time only a hang passes) in a response under 500 (an
+/// OpenAI error object where it is refused) within bounded memory; after
+/// them all a small request is served and no block is held.
+#[test]
+fn hostile_request_bodies_end_bounded() {
+    use serde_json::{Value, json};
+    use tower::ServiceExt;
+    let dir = test_dir("fuzz_hostile");
+    let model = write_tiny_gguf(&dir, "t.gguf", &TinySpec::default(), &mut rng(4));
+    let engine = wllm::Engine::new(&wllm::EngineConfig {
+        model,
+        kv_cache_memory: Some(1 << 20),
+        max_model_len: Some(48),
+        ..Default::default()
+    })
+    .unwrap();
+    let app = wllm::server::router(engine.clone(), wllm::server::ServerConfig::default());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let big = || json!(u64::MAX);
+    let num = prop_oneof![
+        Just(json!(0)),
+        Just(json!(1)),
+        Just(json!(-1)),
+        Just(json!(1e30)),
+        Just(big()),
+        Just(json!(65)),
+        Just(json!("7")),
+        Just(Value::Null)
+    ];
+    let text = prop_oneof![
+        Just(json!("he")),
+        Just(json!("")),
+        Just(json!("he ".repeat(20000))),
+        (1usize..70, 0usize..1100).prop_map(|(n, len)| json!(vec!["s".repeat(len); n])),
+    ];
+    let ids = prop_oneof![
+        Just(json!([1, 2, 3])),
+        Just(json!([u32::MAX])),
+        (0usize..1100).prop_map(|n| json!((0..n as u32).collect::<Vec<_>>())),
+    ];
+    let spec = (num.clone(), num.clone(), num.clone(), prop_oneof![Just("ngram"), Just("draft_model"), Just("x")])
+        .prop_map(|(k, max, min, m)| {
+            json!({"method": m, "num_speculative_tokens": k, "prompt_lookup_max": max, "prompt_lookup_min": min})
+        });
+    let keep = prop_oneof![
+        Just(json!(1e20)),
+        Just(json!(-1)),
+        Just(json!("5m")),
+        Just(json!("inf")),
+        Just(json!("1h30m")),
+        Just(json!(0))
+    ];
+    let schema = (0usize..4000).prop_map(|n| {
+        let props: serde_json::Map<String, Value> =
+            (0..n).map(|i| (format!("p{i}"), json!({"type": "integer"}))).collect();
+        json!({"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object", "properties": props}}})
+    });
+    let fields = (
+        (num.clone(), num.clone(), num.clone(), num.clone(), num.clone()),
+        (text.clone(), ids.clone(), text, ids),
+        (spec, keep, schema),
+        proptest::collection::vec(any::<bool>(), 12),
+        any::<bool>(),
+    );
+    let cases = cases().min(40);
+    let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let tried = std::cell::Cell::new(0u32);
+    runner
+        .run(
+            &fields,
+            |((n, max_tokens, temp, top_k, logprobs), (prompt, tokens, stop, stop_ids), (spec, keep, rf), on, chat)| {
+                tried.set(tried.get() + 1);
+                let mut body = json!({});
+                let mut set = |i: usize, k: &str, v: &Value| {
+                    if on[i] {
+                        body[k] = v.clone();
+                    }
+                };
+                set(0, "n", &n);
+                set(1, "max_tokens", &max_tokens);
+                set(2, "temperature", &temp);
+                set(3, "top_k", &top_k);
+                set(4, "logprobs", &logprobs);
+                set(5, "stop", &stop);
+                set(6, "stop_token_ids", &stop_ids);
+                set(7, "speculative_config", &spec);
+                set(8, "keep_alive", &keep);
+                set(9, "response_format", &rf);
+                set(10, "seed", &big());
+                let path = if chat {
+                    let content = if on[11] { prompt.clone() } else { json!("hi") };
+                    body["messages"] = json!([{"role": "user", "content": content}]);
+                    "/v1/chat/completions"
+                } else {
+                    body["prompt"] = if on[11] { prompt.clone() } else { tokens.clone() };
+                    "/v1/completions"
+                };
+                let text = body.to_string();
+                let req = axum::http::Request::post(path)
+                    .header("content-type", "application/json")
+                    .body(axum::body::Body::from(text.clone()))
+                    .unwrap();
+                let (status, out) = within(256 << 20, "a hostile request", || {
+                    rt.block_on(async {
+                        let r = tokio::time::timeout(std::time::Duration::from_secs(120), app.clone().oneshot(req))
+                            .await
+                            .unwrap_or_else(|_| panic!("no answer within 120 s: {}", &text[..text.len().min(400)]))
+                            .unwrap();
+                        let st = r.status();
+                        let b = axum::body::to_bytes(r.into_body(), 1 << 26).await.unwrap();
+                        (st, String::from_utf8_lossy(&b).to_string())
+                    })
+                });
+                let shown = &text[..text.len().min(400)];
+                assert!(status.as_u16() < 500, "{status} for {shown}: {out}");
+                if status.as_u16() >= 400 {
+                    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+                    assert!(v["error"]["message"].is_string(), "{out}");
+                }
+                Ok(())
+            },
+        )
+        .unwrap_or_else(|e| panic!("hostile bodies: {e}"));
+    eprintln!("fuzz hostile bodies: {} requests, all ended", tried.get());
+    let ok = axum::http::Request::post("/v1/completions")
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(r#"{"prompt": "he", "max_tokens": 2}"#))
+        .unwrap();
+    let st = rt.block_on(async { app.clone().oneshot(ok).await.unwrap().status() });
+    assert_eq!(st, 200);
+    let bs = engine.block_stats().unwrap();
+    assert_eq!(bs.num_free, bs.num_blocks, "blocks leaked after the hostile requests");
+}

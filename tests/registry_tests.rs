@@ -278,3 +278,85 @@ fn a_load_runs_outside_the_lock_warmed_up_and_told_to_the_observer_and_the_trace
     assert!((load["dur"].as_f64().unwrap() / 1e6 - seconds).abs() < 0.01, "{load}");
     assert_eq!(find("unload chat").expect("the unload too")["ph"], "i");
 }
+
+/// A tiny model's registry settings, and the bytes one model of `spec` takes.
+fn tiny(dir: &std::path::Path, name: &str, spec: &common::tiny::TinySpec) -> (std::path::PathBuf, u64) {
+    let path = common::tiny::write_tiny_gguf(dir, name, spec, &mut rng(9));
+    let r = ModelRegistry::new(&kernels().ctx, tiny_base(), None, None);
+    r.add("m", &path).unwrap();
+    let _e = r.load("m").unwrap();
+    (path.clone(), r.list()[0].bytes)
+}
+
+fn tiny_base() -> EngineConfig {
+    EngineConfig {
+        kv_cache_memory: Some(1 << 20),
+        max_model_len: Some(64),
+        ..Default::default()
+    }
+}
+
+/// Row 5 of issue 57's review: a model unloaded while a request held its
+/// engine stopped counting, so reloading it three times took the device to
+/// 5x the budget. Its bytes now count until the last clone drops.
+#[test]
+fn an_unloaded_models_bytes_count_until_its_last_request_ends() {
+    let dir = test_dir("reg_draining");
+    let (a, size) = tiny(&dir, "a.gguf", &common::tiny::TinySpec::default());
+    let reg = ModelRegistry::new(&kernels().ctx, tiny_base(), Some(size + size / 2), None);
+    reg.add("a", &a).unwrap();
+    for round in 0..3 {
+        let request = reg.get("a").unwrap();
+        assert!(reg.unload("a").unwrap());
+        let info = reg.list().into_iter().next().unwrap();
+        assert!(!info.loaded && info.draining_bytes == size, "round {round}: {info:?}");
+        let e = reg.get("a").err().expect("the held engine's bytes still count");
+        assert!(matches!(e, wllm::EngineError::Busy(_)), "{e}");
+        assert!(e.to_string().contains("requests finishing"), "{e}");
+        let weak = request.downgrade();
+        drop(request);
+        assert!(!weak.is_alive(), "the last clone went with the request");
+        assert_eq!(reg.list()[0].draining_bytes, 0);
+    }
+    let e = reg.get("a").unwrap();
+    e.generate(Prompt::Tokens(vec![1, 2]), greedy(2))
+        .unwrap()
+        .collect_all()
+        .unwrap();
+}
+
+/// Row 6: a model over the budget evicted an idle smaller one first, then
+/// failed with a 500 naming nothing. Now nothing is evicted for a load that
+/// cannot fit, and the refusal says why (507 at the server: `OverBudget`).
+#[test]
+fn a_load_that_cannot_fit_evicts_nothing() {
+    let dir = test_dir("reg_overbudget");
+    let (small, small_size) = tiny(&dir, "small.gguf", &common::tiny::TinySpec::default());
+    let big_spec = common::tiny::TinySpec {
+        hidden: 256,
+        inter: 512,
+        layers: 4,
+        ..Default::default()
+    };
+    let (big, big_size) = tiny(&dir, "big.gguf", &big_spec);
+    assert!(big_size > small_size * 2, "{big_size} {small_size}");
+    let budget = small_size + small_size / 2;
+    let reg = ModelRegistry::new(&kernels().ctx, tiny_base(), Some(budget), None);
+    reg.add("small", &small).unwrap();
+    reg.add("big", &big).unwrap();
+    let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let t = told.clone();
+    reg.set_observer(std::sync::Arc::new(move |e: &wllm::engine::ModelEvent| {
+        t.lock().unwrap().push(e.describe())
+    }));
+    drop(reg.get("small").unwrap());
+    let e = reg.get("big").err().expect("over the whole budget");
+    assert!(matches!(e, wllm::EngineError::OverBudget(_)), "{e}");
+    assert!(e.to_string().contains("more than the whole"), "{e}");
+    assert!(reg.is_loaded("small"), "the idle model was evicted for nothing");
+    assert!(
+        !told.lock().unwrap().iter().any(|t| t.contains("unloaded")),
+        "{:?}",
+        told.lock().unwrap()
+    );
+}

@@ -174,6 +174,11 @@ impl Engine {
         &self.inner.tokenizer
     }
 
+    /// Structured-output constraints compiled so far, on any thread (`Guide::compiled`).
+    pub fn constraints_compiled(&self) -> usize {
+        self.inner.guide.compiled()
+    }
+
     pub fn model_config(&self) -> &ModelConfig {
         &self.inner.model_config
     }
@@ -304,7 +309,7 @@ impl Engine {
             self.inner.plan.max_model_len,
         )?;
         crate::config::RequestSpeculation::resolve(params.speculative_config.as_ref(), self.inner.speculative.as_ref())
-            .map_err(EngineError::InvalidRequest)?;
+            .map_err(|e| EngineError::Params(crate::sampling::InvalidParams("speculative_config", e)))?;
         params
             .constraint
             .as_ref()

@@ -428,7 +428,7 @@ impl LlmEngine {
         };
         let spec_cfg =
             crate::config::RequestSpeculation::resolve(params.speculative_config.as_ref(), self.speculative.as_ref())
-                .map_err(EngineError::InvalidRequest)?;
+                .map_err(|e| EngineError::Params(crate::sampling::InvalidParams("speculative_config", e)))?;
         let mut seq = Sequence::seeded(id, prompt, params, seed_offset, max_total);
         seq.spec_cfg = spec_cfg.filter(|_| seq.params.speculates() && seq.pooler.is_none());
         seq.group = group;

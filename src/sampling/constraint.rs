@@ -104,6 +104,8 @@ impl TokenizerEnv for Env {
 pub struct Guide {
     tok: Arc<Tokenizer>,
     factory: OnceLock<Result<Arc<ParserFactory>, String>>,
+    /// Constraints compiled so far (`compiled`).
+    compiled: std::sync::atomic::AtomicUsize,
 }
 
 impl Guide {
@@ -111,7 +113,14 @@ impl Guide {
         Self {
             tok,
             factory: OnceLock::new(),
+            compiled: Default::default(),
         }
+    }
+
+    /// How many constraints `matcher` has compiled (a request's is compiled
+    /// once, however many sequences it has).
+    pub fn compiled(&self) -> usize {
+        self.compiled.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn build(tok: &Arc<Tokenizer>, vocab: usize) -> Result<Arc<ParserFactory>, String> {
@@ -145,6 +154,7 @@ impl Guide {
 
     /// A fresh matcher for `c` over a vocabulary of `vocab` (the model's).
     pub fn matcher(&self, c: &Constraint, vocab: usize) -> Result<Matcher, ConstraintError> {
+        self.compiled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let f = self
             .factory
             .get_or_init(|| Self::build(&self.tok, vocab))

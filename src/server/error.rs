@@ -56,6 +56,15 @@ impl From<EngineError> for ApiError {
             EngineError::Params(crate::sampling::InvalidParams(field, _)) => {
                 Self::bad_request(e.to_string(), Some(field))
             }
+            EngineError::Tokenizer(crate::tokenizer::TokenizerError::PromptTooLarge { .. }) => {
+                Self::bad_request(e.to_string(), Some("prompt"))
+            }
+            EngineError::Tokenizer(
+                crate::tokenizer::TokenizerError::Template(_)
+                | crate::tokenizer::TokenizerError::TemplateOutOfFuel
+                | crate::tokenizer::TokenizerError::TemplateTooLarge(_)
+                | crate::tokenizer::TokenizerError::NoTemplate,
+            ) => Self::bad_request(e.to_string(), Some("messages")),
             EngineError::InvalidRequest(_) | EngineError::Tokenizer(_) => Self::bad_request(e.to_string(), None),
             EngineError::Stopped | EngineError::Busy(_) => Self::overloaded(e.to_string()),
             EngineError::OverBudget(m) => Self {

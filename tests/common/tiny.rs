@@ -28,6 +28,8 @@ pub struct TinySpec {
     /// Write every matrix as F32 holding its quantised values (the f32 twin of
     /// the same spec and seed).
     pub f32_twin: bool,
+    /// `tokenizer.chat_template` (None: a ChatML template).
+    pub chat_template: Option<String>,
 }
 
 impl Default for TinySpec {
@@ -52,6 +54,7 @@ impl Default for TinySpec {
                 WeightFormat::Q8_0,
             ],
             f32_twin: false,
+            chat_template: None,
         }
     }
 }
@@ -216,7 +219,7 @@ pub fn write_tiny_gguf(dir: &Path, name: &str, spec: &TinySpec, r: &mut StdRng) 
         ("tokenizer.ggml.add_bos_token", Val::Bool(false)),
         (
             "tokenizer.chat_template",
-            Val::Str("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}".into()),
+            Val::Str(spec.chat_template.clone().unwrap_or_else(|| "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}".into())),
         ),
     ];
     let mut kv = arch_kv;
