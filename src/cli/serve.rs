@@ -37,7 +37,7 @@ pub struct ServeArgs {
     #[arg(long, value_delimiter = ',')]
     pub allowed_origins: Vec<String>,
     /// Without --api-key: host names (the `Host` header) requests may be addressed to besides
-    /// localhost names and IP addresses, comma-separated; `*` for any. Guards against DNS
+    /// localhost names and IP addresses, comma-separated (`*.lan`: a domain's names; `*`: any). Guards against DNS
     /// rebinding (a web page on another site driving a server on your machine).
     #[arg(long, value_delimiter = ',')]
     pub allowed_hosts: Vec<String>,

@@ -105,7 +105,8 @@ pub(crate) async fn cors(State(s): State<Arc<AppState>>, req: Request, next: Nex
 /// Whether a request's `Host` may reach this server without an API key:
 /// no header (not a browser), an IP address (a page cannot be served from
 /// someone else's address, so no rebinding), `localhost` and its
-/// subdomains, or a name `allowed` lists (`*` for any). The port is ignored.
+/// subdomains, or a name `allowed` lists (`*.suffix` for its subdomains,
+/// `*` for any). The port is ignored.
 pub fn host_allowed(host: Option<&str>, allowed: &[String]) -> bool {
     let Some(host) = host.map(str::trim) else {
         return true;
@@ -129,9 +130,13 @@ pub fn host_allowed(host: Option<&str>, allowed: &[String]) -> bool {
     name.parse::<std::net::IpAddr>().is_ok()
         || name == "localhost"
         || name.ends_with(".localhost")
-        || allowed
-            .iter()
-            .any(|a| a == "*" || a.trim_end_matches('.').eq_ignore_ascii_case(&name))
+        || allowed.iter().any(|a| {
+            let a = a.trim().trim_end_matches('.').to_ascii_lowercase();
+            match a.strip_prefix("*.") {
+                Some(suffix) => name.ends_with(&format!(".{suffix}")),
+                None => a == "*" || a == name,
+            }
+        })
 }
 
 /// The Host check (only without an API key: with one, a rebound page still lacks the key).
@@ -190,5 +195,8 @@ mod tests {
         assert!(host_allowed(Some("MyBox.lan:8000"), &listed));
         assert!(!host_allowed(Some("other.lan"), &listed));
         assert!(host_allowed(Some("anything.example"), &["*".to_string()]));
+        let suffix = vec!["*.svc.cluster.local".to_string()];
+        assert!(host_allowed(Some("wllm.default.svc.cluster.local:8000"), &suffix));
+        assert!(!host_allowed(Some("svc.cluster.local.evil.example"), &suffix));
     }
 }

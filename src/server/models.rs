@@ -44,6 +44,7 @@ pub(super) fn cards(s: &AppState) -> Vec<Value> {
             c["bytes"] = json!(m.bytes);
             c["load_seconds"] = json!(m.load_seconds);
             c["loading"] = json!(m.loading);
+            c["draining_bytes"] = json!(m.draining_bytes);
             v.push(c);
         }
     }

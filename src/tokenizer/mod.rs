@@ -315,8 +315,17 @@ impl Tokenizer {
     /// least B / this many tokens (a normaliser that lengthens text aside).
     pub fn longest_token_bytes(&self) -> usize {
         *self.longest.get_or_init(|| {
+            // The text a token stands for (a byte-level "Ġ" is one byte of
+            // text, a control token its spelling); where that is not known,
+            // the token's spelling, which is never shorter.
+            let special = self.special_token_ids();
             (0..self.vocab_size() as u32)
-                .filter_map(|id| self.id_to_token(id).map(|t| t.len()))
+                .filter_map(|id| match self.token_bytes(id, &special) {
+                    Ok(Some(TokenBytes::Text(b))) => Some(b.len()),
+                    Ok(Some(TokenBytes::Special(s))) => Some(s.len()),
+                    Ok(None) => None,
+                    Err(_) => self.id_to_token(id).map(|t| t.len()),
+                })
                 .max()
                 .unwrap_or(1)
                 .max(1)
