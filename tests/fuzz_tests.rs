@@ -388,8 +388,10 @@ fn a_requests_sequences_share_one_copy_of_its_parameters() {
     let stop_bytes = wllm::sampling::MAX_STOP_STRINGS * wllm::sampling::MAX_STOP_STRING_BYTES;
     let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
     let prompts: Vec<wllm::Prompt> = (0..4).map(|_| wllm::Prompt::Tokens(vec![1, 2, 3])).collect();
-    // 256 sequences: 16 MiB of stop strings if each held its own copy (32 with the checkers').
-    let streams = within(4 * stop_bytes + (2 << 20), "n = 64 x 4 prompts", || {
+    // 256 sequences: 16 MiB of stop strings if each held its own copy (32
+    // with the checkers'); the slack is the sequences themselves and the
+    // engine thread's first step, which may run meanwhile.
+    let streams = within(4 * stop_bytes + (8 << 20), "n = 64 x 4 prompts", || {
         engine.generate_n(prompts, params, 64).unwrap()
     });
     assert_eq!(streams.len(), 256);
@@ -591,4 +593,34 @@ fn hostile_request_bodies_end_bounded() {
     assert_eq!(st, 200);
     let bs = engine.block_stats().unwrap();
     assert_eq!(bs.num_free, bs.num_blocks, "blocks leaked after the hostile requests");
+}
+
+/// Chat templates from a file are code: mutated templates (and ones that
+/// loop or write without end) must render, fail, or run out of their fuel
+/// and output cap, within bounded memory.
+#[test]
+fn chat_templates_survive_mutations() {
+    let dir = test_dir("fuzz_template");
+    let g =
+        wllm::model::gguf::GgufFile::open(&write_tiny_gguf(&dir, "t.gguf", &TinySpec::default(), &mut rng(3))).unwrap();
+    let mut tok = wllm::tokenizer::Tokenizer::from_gguf(&g).unwrap();
+    let templates: Vec<&[u8]> = vec![
+        b"{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+        b"{{ bos_token }}{% set ns = namespace(s='') %}{% for m in messages %}{% set ns.s = ns.s ~ m.content %}{{ m.role | upper }}: {{ m.content | trim }}{% endfor %}{{ ns.s * 3 }}",
+        b"{% for i in range(100000) %}{% for j in range(100000) %}{{ i }}{% endfor %}{% endfor %}",
+        b"{% macro r(n) %}{{ r(n + 1) }}{% endmacro %}{{ r(0) }}",
+        b"{% for m in messages %}{{ (m.content ~ '|') * 1000 }}{% endfor %}{% if tools %}{{ tools | tojson }}{% endif %}",
+    ];
+    let msgs = [
+        wllm::ChatMessage::new("system", "be brief"),
+        wllm::ChatMessage::new("user", "hi there"),
+    ];
+    run("chat templates", (edits(), 0usize..5), |(es, which)| {
+        let base = templates[*which];
+        let t = String::from_utf8_lossy(&apply(base, base.len(), es)).into_owned();
+        tok.chat_template = Some(t);
+        within(64 << 20, "chat template", || {
+            let _ = tok.apply_chat_template_capped(&msgs, None, 1 << 20);
+        });
+    });
 }

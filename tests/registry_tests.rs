@@ -360,3 +360,32 @@ fn a_load_that_cannot_fit_evicts_nothing() {
         told.lock().unwrap()
     );
 }
+
+/// Row 11: a `/metrics` scrape held clones of the registry's engines, so a
+/// model stayed "busy" (and alive) while the scrape waited. A scrape now
+/// reads the metrics each engine thread publishes, through a handle that
+/// holds no engine.
+#[test]
+fn a_metrics_handle_holds_no_engine() {
+    let dir = test_dir("reg_metrics_handle");
+    let (a, _) = tiny(&dir, "a.gguf", &common::tiny::TinySpec::default());
+    let reg = ModelRegistry::new(&kernels().ctx, tiny_base(), None, None);
+    reg.add("a", &a).unwrap();
+    let e = reg.get("a").unwrap();
+    let done = e
+        .generate(Prompt::Tokens(vec![1, 2]), greedy(3))
+        .unwrap()
+        .collect_all()
+        .unwrap();
+    assert_eq!(done.token_ids.len(), 3);
+    let handle = e.metrics_handle();
+    let weak = e.downgrade();
+    drop(e);
+    // Published before the outputs were sent: the finished request is counted.
+    let m = handle.snapshot();
+    assert_eq!((m.generation_tokens_total, m.request_success_total), (3, 1));
+    assert!(reg.unload("a").unwrap());
+    assert!(!weak.is_alive(), "the metrics handle kept the engine alive");
+    assert_eq!(reg.list()[0].draining_bytes, 0);
+    assert_eq!(handle.snapshot().generation_tokens_total, 3);
+}

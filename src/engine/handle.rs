@@ -76,6 +76,8 @@ struct Inner {
     adapter: String,
     load_timings: super::LoadTimings,
     speculative: Option<crate::config::SpeculativeConfig>,
+    /// The engine thread's metrics as of its last step or command.
+    published: MetricsHandle,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -126,6 +128,8 @@ impl Engine {
         let adapter = core.runner.describe();
         let load_timings = core.load_timings.clone();
         let speculative = core.speculative.clone();
+        let published = Arc::new(Mutex::new(core.metrics.clone()));
+        let cell = MetricsHandle(published.clone());
         let thread = std::thread::Builder::new()
             .name("wllm-engine".into())
             .spawn(move || {
@@ -141,7 +145,7 @@ impl Engine {
                         Err(_) => true,
                     });
                 }
-                run_loop(core, rx, early)
+                run_loop(core, rx, early, cell)
             })
             .expect("spawn the engine thread");
         Self {
@@ -156,6 +160,7 @@ impl Engine {
                 adapter,
                 load_timings,
                 speculative,
+                published: MetricsHandle(published),
                 thread: Mutex::new(Some(thread)),
             }),
         }
@@ -407,17 +412,13 @@ impl Engine {
         WeakEngine(Arc::downgrade(&self.inner))
     }
 
-    /// As `metrics`, giving up after `timeout` (an engine thread busy with
-    /// a long step, or wedged, must not hang its caller).
-    pub fn metrics_within(&self, timeout: std::time::Duration) -> Result<Metrics, EngineError> {
-        let (tx, rx) = mpsc::channel();
-        self.send(Command::Metrics(tx))?;
-        rx.recv_timeout(timeout).map_err(|e| match e {
-            mpsc::RecvTimeoutError::Timeout => {
-                EngineError::Busy(format!("the engine did not answer within {timeout:?}"))
-            }
-            mpsc::RecvTimeoutError::Disconnected => EngineError::Stopped,
-        })
+    /// A handle on the metrics the engine thread publishes after every
+    /// step and command (before a step's outputs are sent, so a finished
+    /// request is counted in them): what a scrape reads without asking the
+    /// engine thread, without waiting on its step and without holding the
+    /// engine (the handle does not keep it alive).
+    pub fn metrics_handle(&self) -> MetricsHandle {
+        self.inner.published.clone()
     }
 
     /// Aborts a request by id.
@@ -472,6 +473,21 @@ impl Engine {
     }
 }
 
+/// The metrics an engine thread publishes (`Engine::metrics_handle`).
+#[derive(Clone)]
+pub struct MetricsHandle(Arc<Mutex<Metrics>>);
+
+impl MetricsHandle {
+    /// The metrics as of the engine thread's last step or command.
+    pub fn snapshot(&self) -> Metrics {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn publish(&self, m: &Metrics) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = m.clone();
+    }
+}
+
 /// An `Engine` that does not keep it alive.
 #[derive(Clone)]
 pub struct WeakEngine(std::sync::Weak<Inner>);
@@ -490,7 +506,7 @@ impl WeakEngine {
 
 /// The engine thread: takes commands, steps while requests are unfinished.
 /// `early`: a command taken before the loop (one that stopped `prime`).
-fn run_loop(mut core: LlmEngine, rx: mpsc::Receiver<Command>, mut early: Option<Command>) {
+fn run_loop(mut core: LlmEngine, rx: mpsc::Receiver<Command>, mut early: Option<Command>, published: MetricsHandle) {
     let mut streams: HashMap<SeqId, tmpsc::UnboundedSender<Item>> = HashMap::new();
     loop {
         // Wait for work when idle; otherwise take whatever has arrived.
@@ -559,10 +575,13 @@ fn run_loop(mut core: LlmEngine, rx: mpsc::Receiver<Command>, mut early: Option<
                 Command::Shutdown => return,
             }
         }
+        published.publish(&core.metrics);
         if !core.has_unfinished() {
             continue;
         }
-        match core.step() {
+        let stepped = core.step();
+        published.publish(&core.metrics);
+        match stepped {
             Ok(outputs) => {
                 for o in outputs {
                     let (id, done) = (o.id, o.finish_reason.is_some());

@@ -35,7 +35,7 @@ pub use block_manager::{BlockManager, BlockTable, CachedPrefix, FREED};
 pub use config::{EngineConfig, KvPlan};
 pub use draft_model::DraftModel;
 pub use error::EngineError;
-pub use handle::{BlockStats, CompletedRequest, Engine, RequestStream, WeakEngine};
+pub use handle::{BlockStats, CompletedRequest, Engine, MetricsHandle, RequestStream, WeakEngine};
 pub use kv_cache::KvCache;
 pub use kv_groups::KvGroups;
 pub use llm_engine::LlmEngine;

@@ -152,32 +152,24 @@ fn merge_families(texts: &[String]) -> String {
     out
 }
 
-/// How long one engine may take to answer a scrape, and the whole scrape.
-pub const METRICS_ENGINE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the whole scrape may take (the registry's list and the device's count).
 pub const METRICS_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// `/metrics`. A registry model is held only while it answers (a weak
-/// handle otherwise), so a scrape never keeps a model "busy" past its
-/// unload; each engine answers within `METRICS_ENGINE_TIMEOUT` (one that
-/// does not is left out, its series absent), the whole within `METRICS_TIMEOUT`.
+/// `/metrics`. Each engine's series come from the metrics its engine thread
+/// publishes after every step (`Engine::metrics_handle`): a scrape neither
+/// waits on a step nor holds a model's engine (so it never keeps a model
+/// "busy" or alive past its unload); the rest answers within `METRICS_TIMEOUT`.
 pub async fn metrics(State(s): State<Arc<AppState>>) -> Response {
-    let primary = (s.cfg.served_model_name.clone(), s.engine.downgrade());
-    let mut engines = vec![primary];
+    let mut handles = vec![(s.cfg.served_model_name.clone(), s.engine.metrics_handle())];
     if let Some(r) = &s.cfg.models {
-        engines.extend(r.loaded().into_iter().map(|(n, e)| (n, e.downgrade())));
+        handles.extend(r.loaded().into_iter().map(|(n, e)| (n, e.metrics_handle())));
     }
     let registry = s.cfg.models.clone();
     let work = tokio::task::spawn_blocking(move || {
-        let mut texts = Vec::new();
-        for (i, (name, weak)) in engines.into_iter().enumerate() {
-            let Some(e) = weak.upgrade() else { continue };
-            match e.metrics_within(METRICS_ENGINE_TIMEOUT) {
-                Ok(m) => texts.push(m.to_prometheus(&name)),
-                // The primary engine's failure is the scrape's; another model's leaves it out.
-                Err(err) if i == 0 => return Err(err),
-                Err(_) => {}
-            }
-        }
+        let mut texts: Vec<String> = handles
+            .iter()
+            .map(|(name, h)| h.snapshot().to_prometheus(name))
+            .collect();
         if let Some(r) = registry {
             let mut t = String::from(
                 "# HELP wllm:model_loaded Whether the model is loaded (1) or not (0)\n# TYPE wllm:model_loaded gauge\n",
