@@ -245,7 +245,8 @@ impl Engine {
             let ids = Arc::new(self.tokenize(&prompt)?);
             for params in params_of {
                 let params = Arc::new(params);
-                let matcher = self.check(&ids, &params)?;
+                self.validate(&ids, &params)?;
+                let matcher = self.compile(&params)?;
                 planned.push((ids.clone(), params, 0, matcher));
             }
         }
@@ -266,47 +267,26 @@ impl Engine {
         n: usize,
     ) -> Result<Vec<RequestStream>, EngineError> {
         let params = Arc::new(params);
-        let mut planned = Vec::new();
-        let mut first: Option<Option<crate::sampling::constraint::Matcher>> = None;
+        let mut prompt_ids = Vec::with_capacity(prompts.len());
         for prompt in prompts {
             let ids = Arc::new(self.tokenize(&prompt)?);
-            // The checks that depend on the prompt run per prompt; the grammar compiles once.
-            let m = match &first {
-                None => {
-                    let m = self.check(&ids, &params)?;
-                    first = Some(m.as_ref().map(|m| m.deep_clone()));
-                    m
-                }
-                Some(m) => {
-                    validate_request(
-                        &ids,
-                        &params,
-                        self.inner.model_config.vocab,
-                        self.inner.plan.max_model_len,
-                    )?;
-                    m.as_ref().map(|m| m.deep_clone())
-                }
-            };
-            let mut m = m;
+            self.validate(&ids, &params)?;
+            prompt_ids.push(ids);
+        }
+        // The constraint does not depend on the prompt: one compile, a copy a sequence.
+        let matcher = self.compile(&params)?;
+        let mut planned = Vec::with_capacity(prompt_ids.len() * n);
+        for ids in prompt_ids {
             for i in 0..n as u64 {
-                let mi = if i + 1 == n as u64 {
-                    m.take()
-                } else {
-                    m.as_ref().map(|m| m.deep_clone())
-                };
-                planned.push((ids.clone(), params.clone(), i, mi));
+                planned.push((ids.clone(), params.clone(), i, matcher.as_ref().map(|m| m.deep_clone())));
             }
         }
         self.start(planned, None)
     }
 
     /// Checks one sequence's request as the engine will (prompt, parameters,
-    /// speculation) and compiles its constraint: this call's error, not the stream's.
-    fn check(
-        &self,
-        ids: &[u32],
-        params: &SamplingParams,
-    ) -> Result<Option<crate::sampling::constraint::Matcher>, EngineError> {
+    /// speculation): this call's error, not the stream's.
+    fn validate(&self, ids: &[u32], params: &SamplingParams) -> Result<(), EngineError> {
         validate_request(
             ids,
             params,
@@ -315,6 +295,12 @@ impl Engine {
         )?;
         crate::config::RequestSpeculation::resolve(params.speculative_config.as_ref(), self.inner.speculative.as_ref())
             .map_err(|e| EngineError::Params(crate::sampling::InvalidParams("speculative_config", e)))?;
+        Ok(())
+    }
+
+    /// The matcher of the request's constraint, if it has one (a constraint
+    /// that cannot compile is this call's error, not the stream's).
+    fn compile(&self, params: &SamplingParams) -> Result<Option<crate::sampling::constraint::Matcher>, EngineError> {
         params
             .constraint
             .as_ref()
