@@ -307,10 +307,10 @@ fn tokenizer_files_survive_mutations() {
     });
 }
 
-#[test]
-fn request_bodies_survive_mutations() {
-    use tower::ServiceExt;
-    let dir = test_dir("fuzz_req");
+/// A tiny model's engine (48 tokens of context), the router `wllm serve`
+/// builds over it, and a runtime to drive it without sockets.
+fn tiny_server(name: &str) -> (wllm::Engine, axum::Router, tokio::runtime::Runtime) {
+    let dir = test_dir(name);
     let model = write_tiny_gguf(&dir, "t.gguf", &TinySpec::default(), &mut rng(4));
     let engine = wllm::Engine::new(&wllm::EngineConfig {
         model,
@@ -325,6 +325,13 @@ fn request_bodies_survive_mutations() {
         .enable_all()
         .build()
         .unwrap();
+    (engine, app, rt)
+}
+
+#[test]
+fn request_bodies_survive_mutations() {
+    use tower::ServiceExt;
+    let (engine, app, rt) = tiny_server("fuzz_req");
     let bodies: Vec<(&str, Vec<u8>)> = vec![
         (
             "/v1/completions",
@@ -459,21 +466,7 @@ fn a_gguf_numeric_array_costs_its_bytes() {
 fn hostile_request_bodies_end_bounded() {
     use serde_json::{Value, json};
     use tower::ServiceExt;
-    let dir = test_dir("fuzz_hostile");
-    let model = write_tiny_gguf(&dir, "t.gguf", &TinySpec::default(), &mut rng(4));
-    let engine = wllm::Engine::new(&wllm::EngineConfig {
-        model,
-        kv_cache_memory: Some(1 << 20),
-        max_model_len: Some(48),
-        ..Default::default()
-    })
-    .unwrap();
-    let app = wllm::server::router(engine.clone(), wllm::server::ServerConfig::default());
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let (engine, app, rt) = tiny_server("fuzz_hostile");
     let big = || json!(u64::MAX);
     let num = prop_oneof![
         Just(json!(0)),
